@@ -1,0 +1,102 @@
+#pragma once
+// The op-spec registry. Each op declares, from its own file, its seeded cases, how to run the op and its
+// reference, which inputs are differentiable, its determinism and any tolerance scaling. Suites iterate
+// the registry; they never name an op.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "detops/harness/outcome.h"
+#include "detops/harness/tolerance.h"
+
+namespace detops::harness {
+
+using Tensors = std::vector<at::Tensor>;
+
+// One instantiated case. Closures capture the op's own parameter struct, so the harness never sees it.
+struct CaseData {
+  // Master input values: fp64 on the CPU for floating inputs; other dtypes (indices) are kept as given.
+  // The harness rounds floating inputs to the dtype under test, moves them to the device, and hands the
+  // reference the rounded values in fp64, so both see exactly the same numbers.
+  Tensors inputs;
+  std::vector<std::size_t> differentiable;  // indices into inputs that have gradients
+
+  std::function<Tensors(const Tensors&)> op_forward;                          // op under test
+  std::function<Tensors(const Tensors&, const Tensors&)> op_backward;         // (inputs, grad_outputs) -> grads
+  std::function<Tensors(const Tensors&)> reference_forward;                   // fp64 CPU
+  std::function<Tensors(const Tensors&, const Tensors&)> reference_backward;  // fp64 CPU
+
+  // Optional: per output, the sum of |terms| behind each reference element (see compare_tensors), for
+  // the forward and the backward. An op whose outputs are sums with nonnegative weights gets them by
+  // running its reference on |inputs| (|grad_outputs|).
+  std::function<Tensors(const Tensors&)> reference_forward_magnitude;
+  std::function<Tensors(const Tensors&, const Tensors&)> reference_backward_magnitude;
+
+  // Optional: the grad_output to feed the backward, given a forward output (in the dtype/device under
+  // test); by default a seeded N(0, 1) tensor. A case may return e.g. an expanded stride-0 tensor.
+  std::function<at::Tensor(const at::Tensor& output, std::uint64_t seed)> make_grad_output;
+
+  std::string gradcheck_skip_reason;  // non-empty: finite differences do not apply to this case
+};
+
+struct OpCase {
+  std::string name;  // unique within the op; [A-Za-z0-9_]
+  std::uint64_t seed = 0;
+  std::function<CaseData(std::uint64_t seed)> make;
+  std::map<Device, std::string> skip_reason;  // a device this case does not run on, and why
+};
+
+// Bad input must raise a clear error naming the argument; the process stays usable afterwards.
+struct BadInputCase {
+  std::string name;
+  std::function<void(const at::Device&)> call;  // must throw
+  std::vector<std::string> message_must_contain;
+};
+
+struct Determinism {
+  bool forward_cpu = true, forward_cuda = true, backward_cpu = true, backward_cuda = false;
+  std::string note;  // what makes a declared-nondeterministic path so
+};
+
+struct OpSpec {
+  std::string name;
+  std::vector<DType> dtypes{std::begin(kAllDTypes), std::end(kAllDTypes)};
+  std::vector<OpCase> cases;
+  std::vector<BadInputCase> bad_inputs;
+  std::function<void(const at::Device&)> valid_call;  // runs after each bad input: the process must still work
+  std::map<DType, ToleranceScale> tolerance_scales;
+  Determinism determinism;
+  bool has_backward = true;
+
+  Tolerance tolerance(DType dtype) const;
+  bool declared_deterministic(Device device, bool backward) const;
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& instance();
+  void add(std::function<OpSpec()> factory);
+  const std::vector<OpSpec>& ops();  // built on first use, in registration order
+
+ private:
+  std::vector<std::function<OpSpec()>> factories_;
+  std::vector<OpSpec> ops_;
+  bool built_ = false;
+};
+
+// DETOPS_REGISTER_OP_SPEC(factory): registers an OpSpec factory at static-initialization time.
+struct OpSpecRegistrar {
+  explicit OpSpecRegistrar(std::function<OpSpec()> factory) { OpRegistry::instance().add(std::move(factory)); }
+};
+
+}  // namespace detops::harness
+
+#define DETOPS_OP_SPEC_CONCAT_(a, b) a##b
+#define DETOPS_OP_SPEC_CONCAT(a, b) DETOPS_OP_SPEC_CONCAT_(a, b)
+#define DETOPS_REGISTER_OP_SPEC(factory) \
+  static const ::detops::harness::OpSpecRegistrar DETOPS_OP_SPEC_CONCAT(detops_op_spec_registrar_, __LINE__)(factory)

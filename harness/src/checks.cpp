@@ -1,0 +1,369 @@
+#include "detops/harness/checks.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+namespace detops::harness {
+namespace {
+
+at::ScalarType scalar_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return at::kDouble;
+    case DType::kFloat32: return at::kFloat;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+  }
+  throw std::invalid_argument("scalar_type_of: unknown dtype");
+}
+
+at::Device torch_device(Device d) { return d == Device::kCpu ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0); }
+
+std::string error_text(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+std::string shape_text(const Tensors& ts) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    os << (i ? " " : "") << '[';
+    for (size_t d = 0; d < static_cast<size_t>(ts[i].dim()); ++d) os << (d ? "," : "") << ts[i].size(d);
+    os << ']';
+  }
+  return os.str();
+}
+
+// Rounded inputs as the reference sees them: fp64 on the CPU (floating), as-is on the CPU (others).
+Tensors reference_view(const Tensors& in) {
+  Tensors out;
+  for (const at::Tensor& t : in) {
+    out.push_back(t.is_floating_point() ? t.to(at::kCPU).to(at::kDouble) : t.to(at::kCPU));
+  }
+  return out;
+}
+
+at::Tensor seeded_normal(const at::Tensor& like, std::uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn(like.sizes(), gen, at::TensorOptions().dtype(at::kDouble));
+}
+
+Tensors grad_outputs_for(const CaseData& d, const Tensors& outputs, std::uint64_t seed) {
+  Tensors grads;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::uint64_t s = seed + 1000003ull * (i + 1);
+    grads.push_back(d.make_grad_output ? d.make_grad_output(outputs[i], s)
+                                       : seeded_normal(outputs[i], s).to(outputs[i].options()));
+  }
+  return grads;
+}
+
+std::string skip_reason(const OpCase& c, Device device) {
+  const auto it = c.skip_reason.find(device);
+  if (it != c.skip_reason.end()) return it->second;
+  if (device == Device::kCuda && !cuda_available()) return cuda_unavailable_reason();
+  return {};
+}
+
+void record_common(CheckResult& r, const OpCase& c, const char* dtype, Device device) {
+  r.properties["seed"] = std::to_string(c.seed);
+  r.properties["dtype"] = dtype;
+  r.properties["device"] = device_name(device);
+}
+
+// Fills outcome, message and figures from comparisons; the worst comparison's figures are the test's.
+void summarize(CheckResult& r) {
+  double max_abs = 0, max_rel = 0;
+  std::int64_t mismatches = 0;
+  std::string worst;
+  for (size_t i = 0; i < r.comparisons.size(); ++i) {
+    const CompareResult& cr = r.comparisons[i];
+    max_abs = std::max(max_abs, cr.max_abs_error);
+    max_rel = std::max(max_rel, cr.max_rel_error);
+    mismatches += cr.mismatches;
+    r.properties["output" + std::to_string(i)] = cr.describe();
+    if (cr.outcome != Outcome::kPassed && r.outcome == Outcome::kPassed) {
+      r.outcome = cr.outcome;
+      r.message = "output " + std::to_string(i) + ": " + cr.describe();
+      worst = std::to_string(cr.worst_index);
+    }
+  }
+  std::ostringstream a, b;
+  a.precision(6);
+  b.precision(6);
+  a << max_abs;
+  b << max_rel;
+  r.properties["max_abs_error"] = a.str();
+  r.properties["max_rel_error"] = b.str();
+  r.properties["mismatches"] = std::to_string(mismatches);
+  if (!worst.empty()) r.properties["worst_index"] = worst;
+}
+
+template <typename Body>
+CheckResult guarded(CheckResult r, Body&& body) {
+  try {
+    body(r);
+  } catch (const std::exception& e) {
+    r.outcome = Outcome::kError;
+    r.message = error_text(e);
+  }
+  r.properties["outcome"] = outcome_name(r.outcome);
+  if (!r.message.empty()) r.properties["message"] = r.message;
+  return r;
+}
+
+bool all_bitwise_equal(const Tensors& a, const Tensors& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!bitwise_equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+void apply_determinism(CheckResult& r, const OpSpec& op, Device device, bool backward, bool reproducible) {
+  const bool declared = op.declared_deterministic(device, backward);
+  r.properties["bitwise_reproducible"] = reproducible ? "true" : "false";
+  r.properties["declared_deterministic"] = declared ? "true" : "false";
+  if (declared && !reproducible && r.outcome == Outcome::kPassed) {
+    r.outcome = Outcome::kMismatch;
+    r.message = "declared deterministic, but two runs on the same inputs differ bitwise";
+  }
+}
+
+using ForwardFn = std::function<Tensors(const Tensors&)>;
+using BackwardFn = std::function<Tensors(const Tensors&, const Tensors&)>;
+
+// sum_j <v_j, f(x)_j> as a double.
+double directional_value(const ForwardFn& f, const Tensors& x, const Tensors& v) {
+  const Tensors out = f(x);
+  double total = 0;
+  for (size_t j = 0; j < out.size(); ++j) total += (out[j].to(at::kDouble) * v[j]).sum().item<double>();
+  return total;
+}
+
+// Central finite differences of `forward` (fp64) at sampled elements of each differentiable input,
+// compared with `backward`'s gradient of sum_j <v_j, f_j> at the same elements.
+void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn& forward, const BackwardFn& backward,
+                             const Tensors& inputs, std::uint64_t seed) {
+  const Tensors outputs = forward(inputs);
+  const Tensors v = grad_outputs_for(d, outputs, seed);
+  const Tensors analytic = backward(inputs, v);
+  constexpr std::int64_t kMaxSamples = 96;
+  int points = 0;
+  for (size_t k = 0; k < d.differentiable.size(); ++k) {
+    const size_t idx = d.differentiable[k];
+    const at::Tensor x = inputs[idx].contiguous();
+    const at::Tensor grad = analytic.at(k).to(at::kCPU).to(at::kDouble).contiguous().view(-1);
+    const std::int64_t n = x.numel();
+    std::vector<std::int64_t> sample(static_cast<size_t>(n));
+    std::iota(sample.begin(), sample.end(), 0);
+    if (n > kMaxSamples) {
+      // Half the points where the analytic gradient is largest, half seeded random.
+      const at::Tensor order = grad.abs().argsort(/*stable=*/true, /*dim=*/0, /*descending=*/true);
+      std::vector<std::int64_t> chosen;
+      for (std::int64_t i = 0; i < kMaxSamples / 2; ++i) chosen.push_back(order[i].item<std::int64_t>());
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed + 17);
+      const at::Tensor perm = at::randperm(n, gen, at::TensorOptions().dtype(at::kLong));
+      for (std::int64_t i = 0; static_cast<std::int64_t>(chosen.size()) < kMaxSamples && i < n; ++i) {
+        const std::int64_t e = perm[i].item<std::int64_t>();
+        if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+      }
+      sample = chosen;
+    }
+    std::vector<double> fd, an;
+    for (std::int64_t e : sample) {
+      Tensors plus = inputs, minus = inputs;
+      plus[idx] = x.clone();
+      minus[idx] = x.clone();
+      plus[idx].view(-1)[e].add_(kFiniteDifferenceEps);
+      minus[idx].view(-1)[e].sub_(kFiniteDifferenceEps);
+      fd.push_back((directional_value(forward, plus, v) - directional_value(forward, minus, v)) /
+                   (2 * kFiniteDifferenceEps));
+      an.push_back(grad[e].item<double>());
+      ++points;
+    }
+    const auto opts = at::TensorOptions().dtype(at::kDouble);
+    const at::Tensor fd_t = at::from_blob(fd.data(), {static_cast<std::int64_t>(fd.size())}, opts).clone();
+    const at::Tensor an_t = at::from_blob(an.data(), {static_cast<std::int64_t>(an.size())}, opts).clone();
+    r.comparisons.push_back(compare_tensors(an_t, fd_t, kFiniteDifferenceTolerance));
+  }
+  r.properties["fd_points"] = std::to_string(points);
+  summarize(r);
+}
+
+}  // namespace
+
+bool cuda_available() {
+  static const bool available = [] {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    cudaGetLastError();
+    return err == cudaSuccess && count > 0;
+  }();
+  return available;
+}
+
+const std::string& cuda_unavailable_reason() {
+  static const std::string reason = [] {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    cudaGetLastError();
+    if (err != cudaSuccess) {
+      return std::string("no usable CUDA device: cudaGetDeviceCount returned ") + cudaGetErrorName(err) + " (" +
+             cudaGetErrorString(err) + "); this machine has no NVIDIA GPU or driver";
+    }
+    return count == 0 ? std::string("no CUDA device visible (cudaGetDeviceCount = 0)") : std::string();
+  }();
+  return reason;
+}
+
+Tensors materialize_inputs(const Tensors& master, DType dtype, Device device) {
+  Tensors out;
+  for (const at::Tensor& t : master) {
+    out.push_back(t.is_floating_point() ? t.to(torch_device(device), scalar_type_of(dtype)) : t.to(torch_device(device)));
+  }
+  return out;
+}
+
+CheckResult check_forward(const OpSpec& op, const OpCase& c, DType dtype, Device device) {
+  CheckResult r;
+  record_common(r, c, dtype_name(dtype), device);
+  if (const std::string why = skip_reason(c, device); !why.empty()) {
+    r.outcome = Outcome::kSkipped;
+    r.message = why;
+    return guarded(r, [](CheckResult&) {});
+  }
+  return guarded(r, [&](CheckResult& res) {
+    const CaseData d = c.make(c.seed);
+    const Tensors in = materialize_inputs(d.inputs, dtype, device);
+    const Tensors out1 = d.op_forward(in);
+    const Tensors out2 = d.op_forward(in);
+    const Tensors ref = d.reference_forward(reference_view(in));
+    res.properties["input_shapes"] = shape_text(in);
+    res.properties["output_shapes"] = shape_text(out1);
+    if (out1.size() != ref.size()) throw std::runtime_error("op and reference return different numbers of outputs");
+    const Tensors mag = d.reference_forward_magnitude ? d.reference_forward_magnitude(reference_view(in)) : Tensors{};
+    for (size_t i = 0; i < out1.size(); ++i) {
+      res.comparisons.push_back(compare_tensors(out1[i], ref[i], op.tolerance(dtype), i < mag.size() ? mag[i] : at::Tensor()));
+    }
+    summarize(res);
+    apply_determinism(res, op, device, /*backward=*/false, all_bitwise_equal(out1, out2));
+  });
+}
+
+CheckResult check_backward(const OpSpec& op, const OpCase& c, DType dtype, Device device) {
+  CheckResult r;
+  record_common(r, c, dtype_name(dtype), device);
+  if (const std::string why = skip_reason(c, device); !why.empty()) {
+    r.outcome = Outcome::kSkipped;
+    r.message = why;
+    return guarded(r, [](CheckResult&) {});
+  }
+  return guarded(r, [&](CheckResult& res) {
+    const CaseData d = c.make(c.seed);
+    const Tensors in = materialize_inputs(d.inputs, dtype, device);
+    const Tensors out = d.op_forward(in);
+    const Tensors grads = grad_outputs_for(d, out, c.seed);
+    const Tensors g1 = d.op_backward(in, grads);
+    const Tensors g2 = d.op_backward(in, grads);
+    const Tensors ref = d.reference_backward(reference_view(in), reference_view(grads));
+    res.properties["grad_output_strides"] = [&] {
+      std::ostringstream os;
+      for (const at::Tensor& g : grads) os << g.strides() << ' ';
+      return os.str();
+    }();
+    if (g1.size() != ref.size()) throw std::runtime_error("op and reference backward return different numbers of grads");
+    const Tensors mag = d.reference_backward_magnitude
+                            ? d.reference_backward_magnitude(reference_view(in), reference_view(grads))
+                            : Tensors{};
+    for (size_t i = 0; i < g1.size(); ++i) {
+      res.comparisons.push_back(compare_tensors(g1[i], ref[i], op.tolerance(dtype), i < mag.size() ? mag[i] : at::Tensor()));
+    }
+    summarize(res);
+    apply_determinism(res, op, device, /*backward=*/true, all_bitwise_equal(g1, g2));
+  });
+}
+
+CheckResult check_gradient_finite_differences(const OpSpec& op, const OpCase& c, Device device) {
+  CheckResult r;
+  record_common(r, c, "fp64", device);
+  if (const std::string why = skip_reason(c, device); !why.empty()) {
+    r.outcome = Outcome::kSkipped;
+    r.message = why;
+    return guarded(r, [](CheckResult&) {});
+  }
+  return guarded(r, [&](CheckResult& res) {
+    const CaseData d = c.make(c.seed);
+    if (!d.gradcheck_skip_reason.empty()) {
+      res.outcome = Outcome::kSkipped;
+      res.message = d.gradcheck_skip_reason;
+      return;
+    }
+    finite_difference_check(res, d, d.op_forward, d.op_backward, materialize_inputs(d.inputs, DType::kFloat64, device),
+                            c.seed);
+  });
+}
+
+CheckResult check_reference_gradient(const OpSpec& op, const OpCase& c) {
+  CheckResult r;
+  record_common(r, c, "fp64", Device::kCpu);
+  return guarded(r, [&](CheckResult& res) {
+    const CaseData d = c.make(c.seed);
+    if (!d.gradcheck_skip_reason.empty()) {
+      res.outcome = Outcome::kSkipped;
+      res.message = d.gradcheck_skip_reason;
+      return;
+    }
+    finite_difference_check(res, d, d.reference_forward, d.reference_backward,
+                            materialize_inputs(d.inputs, DType::kFloat64, Device::kCpu), c.seed);
+  });
+}
+
+CheckResult check_bad_input(const OpSpec& op, const BadInputCase& b, Device device) {
+  CheckResult r;
+  r.properties["device"] = device_name(device);
+  if (device == Device::kCuda && !cuda_available()) {
+    r.outcome = Outcome::kSkipped;
+    r.message = cuda_unavailable_reason();
+    return guarded(r, [](CheckResult&) {});
+  }
+  return guarded(r, [&](CheckResult& res) {
+    const at::Device dev = torch_device(device);
+    std::string message;
+    bool raised = false;
+    try {
+      b.call(dev);
+    } catch (const std::exception& e) {
+      raised = true;
+      message = error_text(e);
+    }
+    res.properties["error_message"] = message;
+    if (!raised) {
+      res.outcome = Outcome::kMismatch;
+      res.message = "expected an error, but the call returned normally";
+      return;
+    }
+    for (const std::string& needle : b.message_must_contain) {
+      if (message.find(needle) == std::string::npos) {
+        res.outcome = Outcome::kMismatch;
+        res.message = "the error message does not mention '" + needle + "': " + message;
+        return;
+      }
+    }
+    if (device == Device::kCuda) {
+      const cudaError_t err = cudaDeviceSynchronize();
+      if (err != cudaSuccess) {
+        res.outcome = Outcome::kError;
+        res.message = std::string("the CUDA context is broken after the bad call: ") + cudaGetErrorString(err);
+        return;
+      }
+    }
+    op.valid_call(dev);  // throws (-> error) if the process is no longer usable
+  });
+}
+
+}  // namespace detops::harness

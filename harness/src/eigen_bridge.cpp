@@ -1,0 +1,32 @@
+#include "detops/harness/eigen_bridge.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace detops::harness {
+
+reference::Tensor4d to_tensor4d(const at::Tensor& t) {
+  if (t.dim() != 4) throw std::invalid_argument("to_tensor4d: expected a 4-D tensor");
+  const at::Tensor c = t.detach().to(at::kCPU).to(at::kDouble).contiguous();
+  reference::Tensor4d out(c.size(0), c.size(1), c.size(2), c.size(3));
+  std::copy_n(c.data_ptr<double>(), c.numel(), out.data());
+  return out;
+}
+
+reference::Matrixd to_matrix(const at::Tensor& t) {
+  if (t.dim() != 2) throw std::invalid_argument("to_matrix: expected a 2-D tensor");
+  const at::Tensor c = t.detach().to(at::kCPU).to(at::kDouble).contiguous();
+  reference::Matrixd out(c.size(0), c.size(1));
+  std::copy_n(c.data_ptr<double>(), c.numel(), out.data());
+  return out;
+}
+
+at::Tensor from_tensor4d(const reference::Tensor4d& t) {
+  at::Tensor out = at::empty({t.dimension(0), t.dimension(1), t.dimension(2), t.dimension(3)}, at::kDouble);
+  std::copy_n(t.data(), t.size(), out.data_ptr<double>());
+  return out;
+}
+
+}  // namespace detops::harness

@@ -1,0 +1,289 @@
+// RoIAlign's op spec: seeded cases (the OPS.md regression cases among them), how to run the op and the
+// reference, bad inputs, determinism and tolerances.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+
+#include "detops/harness/eigen_bridge.h"
+#include "detops/harness/op_spec.h"
+#include "detops/reference/roi_align_reference.h"
+#include "roi_align/roi_align_torch.h"
+
+namespace detops {
+namespace {
+
+using harness::CaseData;
+using harness::Device;
+using harness::OpCase;
+using harness::OpSpec;
+using harness::Tensors;
+
+enum class RoiLayout { kRandom, kOutside, kPartlyOutside, kDegenerate, kZeroSize, kNaN, kWholeMap, kMapBorder, kHuge };
+enum class BatchLayout { kSpread, kAllInFirst, kFractional };
+
+struct RoiAlignCaseConfig {
+  std::int64_t batch = 2, channels = 3, height = 12, width = 15, num_rois = 6;
+  RoiAlignParams params;
+  RoiLayout rois = RoiLayout::kRandom;
+  BatchLayout batches = BatchLayout::kSpread;
+  bool noncontiguous_input = false;
+  bool noncontiguous_rois = false;
+  bool stride0_grad = false;
+};
+
+// Rois in input-image coordinates (feature size / spatial_scale).
+at::Tensor make_rois(const RoiAlignCaseConfig& cfg, at::Generator& gen) {
+  const double img_h = static_cast<double>(cfg.height) / cfg.params.spatial_scale;
+  const double img_w = static_cast<double>(cfg.width) / cfg.params.spatial_scale;
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  const std::int64_t k = cfg.num_rois;
+  at::Tensor u = at::rand({k, 4}, gen, opts);
+  at::Tensor x1 = u.select(1, 0) * img_w * 0.8, y1 = u.select(1, 1) * img_h * 0.8;
+  at::Tensor x2 = x1 + 1 + u.select(1, 2) * img_w * 0.5, y2 = y1 + 1 + u.select(1, 3) * img_h * 0.5;
+  switch (cfg.rois) {
+    case RoiLayout::kRandom: break;
+    case RoiLayout::kOutside:  // entirely beyond every edge: left/above and right/below
+      x1 = x1 - 3 * img_w;
+      x2 = x2 - 3 * img_w;
+      y1.slice(0, 0, k / 2).add_(4 * img_h);
+      y2.slice(0, 0, k / 2).add_(4 * img_h);
+      break;
+    case RoiLayout::kPartlyOutside:
+      x1 = x1 - 0.5 * img_w;
+      y2 = y2 + 0.5 * img_h;
+      break;
+    case RoiLayout::kDegenerate:  // x2 < x1 and y2 < y1
+      std::swap(x1, x2);
+      std::swap(y1, y2);
+      break;
+    case RoiLayout::kZeroSize:
+      x2 = x1.clone();
+      y2 = y1.clone();
+      break;
+    case RoiLayout::kNaN: {
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      x1[0] = nan;
+      y2[1 % k] = nan;
+      x2[2 % k] = nan;
+      y1[3 % k] = nan;
+      break;
+    }
+    case RoiLayout::kWholeMap:
+      x1.fill_(0);
+      y1.fill_(0);
+      x2.fill_(img_w);
+      y2.fill_(img_h);
+      break;
+    case RoiLayout::kMapBorder: {
+      // One sample per bin (sampling_ratio 1, 1x1 bins, aligned=false, scale 1): the sample sits at the
+      // roi's center, so these land exactly on y = -1, y = H, x = -1, x = W and just outside them.
+      const double h = static_cast<double>(cfg.height), w = static_cast<double>(cfg.width);
+      const double centers[][2] = {{-1, 3}, {h, 3}, {3, -1}, {3, w}, {-1.001, 3}, {h + 0.001, 3}, {h - 1, w - 1}, {-0.5, -0.5}};
+      x1 = at::empty({k}, opts);
+      y1 = at::empty({k}, opts);
+      for (std::int64_t i = 0; i < k; ++i) {
+        y1[i] = centers[i % 8][0] - 0.5;
+        x1[i] = centers[i % 8][1] - 0.5;
+      }
+      x2 = x1 + 1;
+      y2 = y1 + 1;
+      break;
+    }
+    case RoiLayout::kHuge:  // far larger than the adaptive-grid cap
+      x1.fill_(-1e6);
+      y1.fill_(-2e6);
+      x2.fill_(1e6);
+      y2.fill_(3e6);
+      break;
+  }
+  at::Tensor b;
+  switch (cfg.batches) {
+    case BatchLayout::kSpread: b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch)); break;
+    case BatchLayout::kAllInFirst: b = at::zeros({k}, opts); break;
+    case BatchLayout::kFractional: b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch)) + 0.75; b.clamp_max_(cfg.batch - 0.25); break;
+  }
+  return at::stack({b, x1, y1, x2, y2}, 1);
+}
+
+CaseData make_case(const RoiAlignCaseConfig& cfg, std::uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  CaseData d;
+  const at::Tensor input =
+      at::rand({cfg.batch, cfg.channels, cfg.height, cfg.width}, gen, at::TensorOptions().dtype(at::kDouble)) * 2 - 1;
+  d.inputs = {input, make_rois(cfg, gen)};
+  d.differentiable = {0};
+  const RoiAlignParams p = cfg.params;
+  const std::array<std::int64_t, 4> shape{cfg.batch, cfg.channels, cfg.height, cfg.width};
+  d.op_forward = [p, cfg](const Tensors& in) {
+    at::Tensor x = in[0], rois = in[1];
+    if (cfg.noncontiguous_input) x = x.transpose(2, 3).contiguous().transpose(2, 3);  // same values, W-major strides
+    if (cfg.noncontiguous_rois) rois = at::cat({rois, rois}, 1).slice(1, 0, 5);    // row stride 10
+    return Tensors{roi_align_forward(x, rois, p)};
+  };
+  d.op_backward = [p, shape](const Tensors& in, const Tensors& grad) {
+    return Tensors{roi_align_backward(grad[0], in[1], p, shape)};
+  };
+  d.reference_forward = [p](const Tensors& in) {
+    return Tensors{harness::from_tensor4d(reference::roi_align_forward(p, harness::to_tensor4d(in[0]), harness::to_matrix(in[1])))};
+  };
+  d.reference_backward = [p, shape](const Tensors& in, const Tensors& grad) {
+    return Tensors{harness::from_tensor4d(reference::roi_align_backward(
+        p, harness::to_tensor4d(grad[0]), harness::to_matrix(in[1]), {shape[0], shape[1], shape[2], shape[3]}))};
+  };
+  // Every output (and grad_input) element is a sum with nonnegative bilinear weights, so the sum of
+  // |terms| is the same op applied to |input| (|grad_output|).
+  d.reference_forward_magnitude = [fwd = d.reference_forward](const Tensors& in) { return fwd({in[0].abs(), in[1]}); };
+  d.reference_backward_magnitude = [bwd = d.reference_backward](const Tensors& in, const Tensors& grad) {
+    return bwd(in, {grad[0].abs()});
+  };
+  if (cfg.stride0_grad) {
+    // What `out.sum().backward()` hands the backward: one value expanded to the output's shape.
+    d.make_grad_output = [](const at::Tensor& out, std::uint64_t) { return at::ones({}, out.options()).expand(out.sizes()); };
+  }
+  if (cfg.rois == RoiLayout::kNaN) d.gradcheck_skip_reason = "NaN roi coordinates: nothing to differentiate through";
+  return d;
+}
+
+std::string scale_name(double scale) { return "s" + std::to_string(static_cast<int>(std::lround(1.0 / scale))); }
+
+std::vector<OpCase> roi_align_cases() {
+  std::vector<OpCase> cases;
+  std::uint64_t seed = 0x2A11'0000;
+  auto add = [&](const std::string& name, RoiAlignCaseConfig cfg, std::map<Device, std::string> skip = {}) {
+    cases.push_back(OpCase{name, ++seed, [cfg](std::uint64_t s) { return make_case(cfg, s); }, std::move(skip)});
+  };
+
+  // The parameter grid: every sampling_ratio x aligned x pooled size, spatial_scale cycling 1/4..1/32.
+  const double scales[] = {0.25, 0.125, 0.0625, 0.03125};
+  const std::int64_t pooled[] = {1, 7, 14};
+  int n = 0;
+  for (std::int64_t sr : {0, 1, 2, 4}) {
+    for (bool aligned : {false, true}) {
+      for (std::int64_t ps : pooled) {
+        RoiAlignCaseConfig cfg;
+        cfg.params = RoiAlignParams{scales[n++ % 4], ps, ps, sr, aligned};
+        cfg.height = 10 + n % 5;
+        cfg.width = 13 + n % 7;
+        add("grid_sr" + std::to_string(sr) + (aligned ? "_aligned_" : "_legacy_") + std::to_string(ps) + "x" +
+                std::to_string(ps) + "_" + scale_name(cfg.params.spatial_scale),
+            cfg);
+      }
+    }
+  }
+
+  const RoiAlignParams mask_head{0.0625, 14, 14, 2, true}, box_head{0.25, 7, 7, 0, true};
+  RoiAlignCaseConfig c;
+  c = {}; c.params = box_head; c.num_rois = 0; add("no_rois", c);
+  c = {}; c.params = box_head; c.channels = 0; add("zero_channels", c);
+  c = {}; c.params = box_head; c.rois = RoiLayout::kOutside; add("rois_outside_map", c);
+  c = {}; c.params = {0.125, 7, 7, 2, false}; c.rois = RoiLayout::kOutside; add("rois_outside_map_fixed_sr", c);
+  c = {}; c.params = box_head; c.rois = RoiLayout::kPartlyOutside; add("rois_partly_outside_map", c);
+  c = {}; c.params = box_head; c.rois = RoiLayout::kDegenerate; add("degenerate_rois_aligned_adaptive", c);
+  c = {}; c.params = {0.25, 7, 7, 2, true}; c.rois = RoiLayout::kDegenerate; add("degenerate_rois_aligned_fixed_sr", c);
+  c = {}; c.params = {0.25, 7, 7, 0, false}; c.rois = RoiLayout::kDegenerate; add("degenerate_rois_legacy", c);
+  c = {}; c.params = box_head; c.rois = RoiLayout::kZeroSize; add("zero_size_rois_aligned", c);
+  c = {}; c.params = {0.25, 7, 7, 0, false}; c.rois = RoiLayout::kZeroSize; add("zero_size_rois_legacy", c);
+  c = {}; c.params = box_head; c.rois = RoiLayout::kNaN; add("nan_coordinates_adaptive", c);
+  c = {}; c.params = {0.25, 7, 7, 2, false}; c.rois = RoiLayout::kNaN; add("nan_coordinates_fixed_sr", c);
+  c = {}; c.params = {0.0625, 7, 7, 0, true}; c.height = c.width = 1; add("feature_map_1x1", c);
+  c = {}; c.params = {1.0, 2, 2, 2, false}; c.height = c.width = 1; add("feature_map_1x1_scale1", c);
+  c = {}; c.params = box_head; c.noncontiguous_input = true; add("noncontiguous_input", c);
+  c = {}; c.params = box_head; c.noncontiguous_rois = true; add("noncontiguous_rois", c);
+  c = {}; c.params = box_head; c.stride0_grad = true; add("stride0_grad_output", c);
+  c = {}; c.params = mask_head; c.stride0_grad = true; c.noncontiguous_input = true; add("stride0_grad_noncontiguous_input", c);
+  c = {}; c.params = {0.25, 2, 2, 1, true}; c.channels = 1; c.height = 6; c.width = 7; c.num_rois = 70000;
+  add("more_than_65535_rois", c);
+  c = {}; c.params = box_head; c.batch = 4; c.num_rois = 12; c.batches = BatchLayout::kAllInFirst; add("all_rois_in_first_image", c);
+  c = {}; c.params = box_head; c.batch = 4; c.num_rois = 12; add("rois_spread_over_batch", c);
+  c = {}; c.params = box_head; c.batch = 3; c.batches = BatchLayout::kFractional; add("fractional_batch_index_truncates", c);
+  c = {}; c.params = {1.0, 1, 1, 1, false}; c.rois = RoiLayout::kMapBorder; c.num_rois = 8; c.channels = 2; add("samples_on_map_border", c);
+  c = {}; c.params = box_head; c.rois = RoiLayout::kWholeMap; add("roi_covers_whole_map", c);
+  c = {}; c.params = {1.0, 1, 1, 0, true}; c.rois = RoiLayout::kHuge; c.num_rois = 1; c.channels = 1; c.height = 5; c.width = 6;
+  add("huge_roi_adaptive_grid_capped", c);
+  c = {}; c.params = {0.5, 3, 5, 2, true}; add("rectangular_pooled_3x5_scale_half", c);
+  c = {}; c.params = {1.0, 7, 7, 0, false}; add("scale1_legacy_adaptive", c);
+  c = {}; c.params = {0.25, 7, 7, 2, true}; c.channels = 64; c.height = 9; c.width = 11; add("many_channels", c);
+  // Real-model scale: an FPN P2 level of an 800x1344 image (200x336 at 1/4), box-head 7x7, sr 2, aligned.
+  c = {}; c.params = {0.25, 7, 7, 2, true}; c.batch = 1; c.channels = 4; c.height = 200; c.width = 336; c.num_rois = 64;
+  add("fpn_p2_box_head", c);
+  c = {}; c.params = {0.03125, 14, 14, 0, true}; c.batch = 2; c.channels = 2; c.height = 25; c.width = 42; c.num_rois = 16;
+  add("fpn_p5_mask_head_adaptive", c);
+  return cases;
+}
+
+// Bad input: each call must raise an error naming the argument.
+std::vector<harness::BadInputCase> roi_align_bad_inputs() {
+  auto f32 = [](const at::Device& d) { return at::TensorOptions().dtype(at::kFloat).device(d); };
+  auto good_input = [f32](const at::Device& d) { return at::rand({2, 3, 8, 8}, f32(d)); };
+  auto good_rois = [f32](const at::Device& d) {
+    return at::tensor({0.0f, 1.0f, 1.0f, 5.0f, 6.0f, 1.0f, 0.0f, 0.0f, 4.0f, 4.0f}, f32(at::kCPU)).view({2, 5}).to(d);
+  };
+  const RoiAlignParams p{1.0, 2, 2, 2, true};
+  std::vector<harness::BadInputCase> bad;
+  auto add = [&](std::string name, std::function<void(const at::Device&)> call, std::vector<std::string> words) {
+    bad.push_back({std::move(name), std::move(call), std::move(words)});
+  };
+  add("rois_wrong_columns", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d).slice(1, 0, 4), p); },
+      {"rois", "[K, 5]"});
+  add("rois_1d", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d).view({-1}), p); }, {"rois", "[K, 5]"});
+  add("input_3d", [=](const at::Device& d) { roi_align_forward(good_input(d)[0], good_rois(d), p); }, {"input", "4-D"});
+  add("batch_index_out_of_range", [=](const at::Device& d) {
+        at::Tensor r = good_rois(d); r[1][0] = 2; roi_align_forward(good_input(d), r, p); }, {"rois[1, 0]", "[0, 2)"});
+  add("batch_index_negative", [=](const at::Device& d) {
+        at::Tensor r = good_rois(d); r[0][0] = -1; roi_align_forward(good_input(d), r, p); }, {"rois[0, 0]", "[0, 2)"});
+  add("batch_index_nan", [=](const at::Device& d) {
+        at::Tensor r = good_rois(d); r[1][0] = NAN; roi_align_forward(good_input(d), r, p); }, {"rois[1, 0]", "batch index"});
+  add("backward_batch_index_out_of_range", [=](const at::Device& d) {
+        at::Tensor r = good_rois(d); r[0][0] = 7;
+        roi_align_backward(at::ones({2, 3, 2, 2}, f32(d)), r, p, {2, 3, 8, 8}); }, {"rois[0, 0]", "[0, 2)"});
+  add("rois_dtype_mismatch", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d).to(at::kDouble), p); },
+      {"rois dtype", "input dtype"});
+  add("integer_input", [=](const at::Device& d) { roi_align_forward(good_input(d).to(at::kInt), good_rois(d).to(at::kInt), p); },
+      {"input", "float64, float32, float16 or bfloat16"});
+  add("rois_on_other_device", [=](const at::Device& d) {
+        roi_align_forward(good_input(d), d.is_cpu() ? good_rois(d).to(at::kMeta) : good_rois(at::kCPU), p); },
+      {"input and rois", "same device"});
+  add("pooled_height_zero", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d), {1.0, 0, 2, 2, true}); },
+      {"pooled_height", "positive"});
+  add("pooled_width_negative", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d), {1.0, 2, -3, 2, true}); },
+      {"pooled_width", "positive"});
+  add("spatial_scale_zero", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d), {0.0, 2, 2, 2, true}); },
+      {"spatial_scale"});
+  add("sampling_ratio_too_large", [=](const at::Device& d) {
+        roi_align_forward(good_input(d), good_rois(d), {1.0, 2, 2, kRoiAlignMaxSamplingGrid + 1, true}); }, {"sampling_ratio"});
+  add("empty_feature_map_with_rois", [=](const at::Device& d) {
+        roi_align_forward(at::rand({2, 3, 0, 8}, f32(d)), good_rois(d), p); }, {"height and width"});
+  add("backward_grad_wrong_shape", [=](const at::Device& d) {
+        roi_align_backward(at::ones({2, 3, 3, 2}, f32(d)), good_rois(d), p, {2, 3, 8, 8}); }, {"grad", "[2, 3, 2, 2]"});
+  return bad;
+}
+
+OpSpec roi_align_spec() {
+  OpSpec spec;
+  spec.name = "roi_align";
+  spec.cases = roi_align_cases();
+  spec.bad_inputs = roi_align_bad_inputs();
+  spec.valid_call = [](const at::Device& d) {
+    const auto opts = at::TensorOptions().dtype(at::kFloat).device(d);
+    const at::Tensor x = at::ones({1, 1, 4, 4}, opts);
+    const at::Tensor rois = at::tensor({0.0f, 0.0f, 0.0f, 3.0f, 3.0f}, opts.device(at::kCPU)).view({1, 5}).to(d);
+    const at::Tensor out = roi_align_forward(x, rois, RoiAlignParams{1.0, 2, 2, 2, true}).cpu();
+    TORCH_CHECK(at::allclose(out, at::ones_like(out)), "roi_align: a valid call after the bad one returned wrong values");
+  };
+  spec.tolerance_scales[DType::kFloat32] = harness::ToleranceScale{
+      10, 1,
+      "sampling positions are computed in fp32, as torchvision does: at feature-map coordinates up to ~400 px "
+      "a position is off by up to ~|x| * 2^-23 * a few roundings ~ 1e-4 px, and features that change by O(1) "
+      "per pixel turn that into up to ~1e-4 of absolute error"};
+  spec.determinism.note =
+      "CUDA backward scatters with atomicAdd, so the summation order (and the last bits of grad_input) can vary "
+      "between runs; the forward and the CPU backward are deterministic.";
+  return spec;
+}
+
+DETOPS_REGISTER_OP_SPEC(roi_align_spec);
+
+}  // namespace
+}  // namespace detops

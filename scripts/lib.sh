@@ -1,0 +1,112 @@
+# Shared by scripts/run.sh and scripts/test.sh: installs what is missing, then configures and builds.
+# Source it; it defines detops_setup, detops_configure_and_build and sets DETOPS_ROOT, DETOPS_PYTHON,
+# DETOPS_PRESET, DETOPS_BUILD_DIR.
+
+DETOPS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DETOPS_TORCH_VERSION=2.11.0        # PyPI's Linux wheel is built for CUDA 13.0
+DETOPS_TORCHVISION_VERSION=0.26.0
+
+detops_log() { printf '[detops] %s\n' "$*"; }
+detops_die() { printf '[detops] error: %s\n' "$*" >&2; exit 1; }
+
+_detops_have_header() {
+  local d
+  for d in /usr/include /usr/local/include; do [ -e "$d/$1" ] && return 0; done
+  return 1
+}
+
+_detops_apt_install() {
+  [ $# -eq 0 ] && return 0
+  command -v apt-get >/dev/null || detops_die "missing: $* (no apt-get here: install them with your package manager)"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  detops_log "installing Debian packages: $*"
+  # A failure here is not fatal: the package may live where these probes do not look, and CMake's
+  # configuration names precisely what is still missing.
+  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null; } ||
+    detops_log "warning: could not install $* with apt-get; configuration will say if anything is really missing"
+}
+
+_detops_torch_report() {  # prints "version cuda" of the torch in python $1, or nothing
+  "$1" -c 'import torch; print(torch.__version__.split("+")[0], torch.version.cuda or "cpu")' 2>/dev/null || true
+}
+
+detops_setup() {
+  cd "$DETOPS_ROOT"
+  # CUDA toolkit: not in Debian's archive in a usable version, so it is found, not installed.
+  if ! command -v nvcc >/dev/null; then
+    [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
+  fi
+  command -v nvcc >/dev/null ||
+    detops_die "nvcc not found: install the CUDA Toolkit 13.0 (NVIDIA's cuda-toolkit-13-0 package) and put its bin/ on PATH"
+  local nvcc_major
+  nvcc_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+
+  local pkgs=()
+  command -v cmake >/dev/null || pkgs+=(cmake)
+  command -v ninja >/dev/null || pkgs+=(ninja-build)
+  command -v g++ >/dev/null || pkgs+=(g++)
+  _detops_have_header gtest/gtest.h || pkgs+=(libgtest-dev)
+  _detops_have_header benchmark/benchmark.h || pkgs+=(libbenchmark-dev)
+  _detops_have_header eigen3/Eigen/Core || pkgs+=(libeigen3-dev)
+  _detops_have_header nlohmann/json.hpp || pkgs+=(nlohmann-json3-dev)
+  command -v python3 >/dev/null || pkgs+=(python3 python3-venv)
+  _detops_apt_install "${pkgs[@]}"
+
+  # Python with torch (libtorch) and torchvision: an explicit DETOPS_PYTHON, else the project's .venv,
+  # else a system python3 that already has the matching torch (machines without network access),
+  # else a new .venv with torch from PyPI.
+  local candidate report
+  if [ -n "${DETOPS_PYTHON:-}" ]; then
+    report=$(_detops_torch_report "$DETOPS_PYTHON")
+    [ -n "$report" ] || detops_die "DETOPS_PYTHON=$DETOPS_PYTHON cannot import torch"
+  else
+    for candidate in "$DETOPS_ROOT/.venv/bin/python" "$(command -v python3 || true)"; do
+      [ -n "$candidate" ] && [ -x "$candidate" ] || continue
+      report=$(_detops_torch_report "$candidate")
+      local cuda=${report#* }
+      if [ "${report%% *}" = "$DETOPS_TORCH_VERSION" ] && [ "${cuda%%.*}" = "$nvcc_major" ]; then
+        DETOPS_PYTHON=$candidate
+        break
+      fi
+    done
+    if [ -z "${DETOPS_PYTHON:-}" ]; then
+      if [ ! -x "$DETOPS_ROOT/.venv/bin/python" ]; then
+        detops_log "creating the project's Python environment in .venv"
+        python3 -m venv "$DETOPS_ROOT/.venv" 2>/dev/null || {
+          _detops_apt_install python3-venv
+          python3 -m venv "$DETOPS_ROOT/.venv"
+        } || detops_die "could not create .venv (python3 -m venv)"
+      fi
+      DETOPS_PYTHON="$DETOPS_ROOT/.venv/bin/python"
+      detops_log "installing torch==$DETOPS_TORCH_VERSION (CUDA 13.0 wheel) and torchvision==$DETOPS_TORCHVISION_VERSION from PyPI into .venv"
+      "$DETOPS_PYTHON" -m pip install -q --disable-pip-version-check --progress-bar off \
+        "torch==$DETOPS_TORCH_VERSION" "torchvision==$DETOPS_TORCHVISION_VERSION" numpy pytest ||
+        detops_die "pip install of torch==$DETOPS_TORCH_VERSION failed"
+    fi
+  fi
+  "$DETOPS_PYTHON" -c 'import pytest' 2>/dev/null || "$DETOPS_PYTHON" -m pip install -q pytest ||
+    detops_log "pytest unavailable for $DETOPS_PYTHON: the Python parity test will fail to start"
+  export DETOPS_PYTHON
+  detops_log "python: $DETOPS_PYTHON (torch $(_detops_torch_report "$DETOPS_PYTHON"))"
+}
+
+detops_configure_and_build() {
+  if [ -z "${DETOPS_PRESET:-}" ]; then
+    if [ "${CI:-}" = true ]; then DETOPS_PRESET=ci; else DETOPS_PRESET=dev; fi
+  fi
+  DETOPS_BUILD_DIR="$DETOPS_ROOT/build/$DETOPS_PRESET"
+  export DETOPS_PRESET DETOPS_BUILD_DIR
+  mkdir -p "$DETOPS_ROOT/build"
+  detops_log "configuring (preset $DETOPS_PRESET)"
+  cmake --preset "$DETOPS_PRESET" -DDETOPS_PYTHON="$DETOPS_PYTHON" >"$DETOPS_ROOT/build/configure-$DETOPS_PRESET.log" 2>&1 || {
+    grep -E 'DetOps|Error' "$DETOPS_ROOT/build/configure-$DETOPS_PRESET.log" >&2 || cat "$DETOPS_ROOT/build/configure-$DETOPS_PRESET.log" >&2
+    detops_die "configuration failed (full log: build/configure-$DETOPS_PRESET.log)"
+  }
+  detops_log "building"
+  cmake --build --preset "$DETOPS_PRESET" || detops_die "build failed"
+}
+
+detops_gpu_visible() {
+  command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1
+}

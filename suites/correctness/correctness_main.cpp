@@ -1,0 +1,88 @@
+// The correctness suite: one GoogleTest test per (op, check, case, dtype, device), registered from the
+// op-spec registry. Each test attaches its figures (errors, worst element, seed, reproducibility) as
+// properties, so --gtest_output=json:FILE is the correctness record. The device and build facts are
+// attached at the top level. Exit code 77 when every selected test was skipped (CTest: "skipped").
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <iostream>
+#include <string>
+
+#include "detops/harness/checks.h"
+#include "detops/harness/device_facts.h"
+#include "detops/harness/op_spec.h"
+
+namespace detops::harness {
+namespace {
+
+class CheckTest : public testing::Test {
+ public:
+  explicit CheckTest(std::function<CheckResult()> run) : run_(std::move(run)) {}
+
+  void TestBody() override {
+    const CheckResult r = run_();
+    for (const auto& [key, value] : r.properties) RecordProperty(key, value);
+    if (r.outcome == Outcome::kSkipped || r.outcome == Outcome::kNotSupported) {
+      GTEST_SKIP() << outcome_name(r.outcome) << ": " << r.message;
+    }
+    EXPECT_TRUE(r.outcome == Outcome::kPassed) << outcome_name(r.outcome) << ": " << r.message;
+  }
+
+ private:
+  std::function<CheckResult()> run_;
+};
+
+void add_test(const std::string& suite, const std::string& name, std::function<CheckResult()> run) {
+  testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                        [run]() -> testing::Test* { return new CheckTest(run); });
+}
+
+void register_tests() {
+  const Device devices[] = {Device::kCpu, Device::kCuda};
+  for (const OpSpec& op : OpRegistry::instance().ops()) {
+    const OpSpec* o = &op;
+    for (const OpCase& c : op.cases) {
+      const OpCase* cp = &c;
+      for (Device dev : devices) {
+        for (DType dt : op.dtypes) {
+          const std::string tail = c.name + "." + dtype_name(dt) + "." + device_name(dev);
+          add_test(op.name + ".forward", tail, [=] { return check_forward(*o, *cp, dt, dev); });
+          if (op.has_backward) add_test(op.name + ".backward", tail, [=] { return check_backward(*o, *cp, dt, dev); });
+        }
+        if (op.has_backward) {
+          add_test(op.name + ".gradcheck_fd", c.name + ".fp64." + device_name(dev),
+                   [=] { return check_gradient_finite_differences(*o, *cp, dev); });
+        }
+      }
+      if (op.has_backward) {
+        add_test(op.name + ".reference_gradcheck", c.name + ".fp64.cpu", [=] { return check_reference_gradient(*o, *cp); });
+      }
+    }
+    for (const BadInputCase& b : op.bad_inputs) {
+      const BadInputCase* bp = &b;
+      for (Device dev : devices) {
+        add_test(op.name + ".bad_input", b.name + "." + device_name(dev), [=] { return check_bad_input(*o, *bp, dev); });
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detops::harness
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  detops::harness::register_tests();
+  const nlohmann::json facts = detops::harness::device_facts();
+  testing::Test::RecordProperty("detops_device_facts", facts.dump());
+  if (!detops::harness::cuda_available()) {
+    std::cout << "DetOps: CUDA tests will be skipped: " << detops::harness::cuda_unavailable_reason() << "\n";
+  } else {
+    std::cout << "DetOps: running on " << facts["gpu"]["name"].get<std::string>() << " (sm_"
+              << facts["gpu"]["compute_capability"].get<std::string>() << ")\n";
+  }
+  const int rc = RUN_ALL_TESTS();
+  const testing::UnitTest& ut = *testing::UnitTest::GetInstance();
+  if (rc == 0 && ut.test_to_run_count() > 0 && ut.skipped_test_count() == ut.test_to_run_count()) return 77;
+  return rc;
+}

@@ -1,0 +1,105 @@
+"""torch.ops.detops.roi_align against torchvision.ops.roi_align on the same random inputs."""
+import pytest
+import torch
+
+from conftest import devices
+
+torchvision = pytest.importorskip("torchvision", reason="torchvision is not installed: no peer to compare against")
+from torchvision.ops import roi_align as tv_roi_align  # noqa: E402
+
+# (atol, rtol) per dtype, as in the C++ harness table; fp32 scaled for coordinate rounding as RoIAlign's spec says.
+TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-4, 1e-4), torch.float16: (1e-3, 2e-3), torch.bfloat16: (8e-3, 1.6e-2)}
+
+
+def make_inputs(seed, n, c, h, w, k, scale, dtype, device):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, c, h, w, generator=g, dtype=torch.float64) * 2 - 1
+    img_h, img_w = h / scale, w / scale
+    u = torch.rand(k, 4, generator=g, dtype=torch.float64)
+    x1, y1 = u[:, 0] * img_w * 0.8, u[:, 1] * img_h * 0.8
+    x2, y2 = x1 + 1 + u[:, 2] * img_w * 0.5, y1 + 1 + u[:, 3] * img_h * 0.5
+    b = torch.randint(0, n, (k,), generator=g).to(torch.float64)
+    rois = torch.stack([b, x1, y1, x2, y2], 1)
+    return x.to(device, dtype), rois.to(device, dtype)
+
+
+CASES = [
+    # seed, (n, c, h, w), k, scale, (ph, pw), sampling_ratio, aligned
+    (1, (2, 3, 20, 24), 17, 0.25, (7, 7), 2, True),
+    (2, (2, 3, 20, 24), 17, 0.25, (7, 7), 0, False),
+    (3, (1, 4, 25, 42), 9, 1 / 32, (14, 14), 0, True),
+    (4, (3, 2, 13, 21), 30, 1 / 16, (1, 1), 1, False),
+    (5, (2, 5, 50, 84), 40, 1 / 8, (7, 7), 4, True),
+    (6, (2, 3, 9, 9), 0, 0.5, (3, 3), 2, True),
+]
+
+
+def peer_dtypes(device):
+    # torchvision has no bf16 RoIAlign; fp16 only on CUDA. bf16 is compared against torchvision in fp32.
+    if device == "cuda":
+        return [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+    return [torch.float64, torch.float32, torch.bfloat16]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("case", CASES, ids=[f"case{c[0]}" for c in CASES])
+def test_forward_and_backward_match_torchvision(device, case):
+    seed, shape, k, scale, pooled, sr, aligned = case
+    for dtype in peer_dtypes(device):
+        x, rois = make_inputs(seed, *shape, k, scale, dtype, device)
+        peer_dtype = torch.float32 if dtype == torch.bfloat16 else dtype
+        xp, rp = x.detach().to(peer_dtype).requires_grad_(), rois.to(peer_dtype)
+        x = x.detach().requires_grad_()
+
+        ours = torch.ops.detops.roi_align(x, rois, scale, pooled[0], pooled[1], sr, aligned)
+        theirs = tv_roi_align(xp, rp, pooled, spatial_scale=scale, sampling_ratio=sr, aligned=aligned)
+        atol, rtol = TOL[dtype]
+        torch.testing.assert_close(ours.float(), theirs.float().to(ours.dtype).float(), atol=atol, rtol=rtol,
+                                   msg=lambda m: f"forward {dtype} {device}: {m}")
+
+        # .sum().backward() hands both ops a stride-0 grad_output.
+        ours.sum().backward()
+        theirs.sum().backward()
+        torch.testing.assert_close(x.grad.float(), xp.grad.to(dtype).float(), atol=atol * 4, rtol=rtol * 4,
+                                   msg=lambda m: f"backward {dtype} {device}: {m}")
+
+
+@pytest.mark.parametrize("device", devices())
+def test_gradcheck_fp64(device):
+    x, rois = make_inputs(11, 1, 2, 6, 7, 3, 0.5, torch.float64, device)
+    x.requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: torch.ops.detops.roi_align(t, rois, 0.5, 3, 2, 2, True), (x,),
+                                    eps=1e-6, atol=1e-5, rtol=1e-3)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_bad_input_raises_and_process_stays_usable(device):
+    x, rois = make_inputs(12, 2, 3, 8, 8, 4, 1.0, torch.float32, device)
+    # Argument errors raise ValueError / IndexError (subclasses of Exception, as ATen's own checks do).
+    with pytest.raises(ValueError, match="rois must be a 2-D tensor"):
+        torch.ops.detops.roi_align(x, rois[:, :4], 1.0, 2, 2, 2, True)
+    bad = rois.clone()
+    bad[2, 0] = 5
+    with pytest.raises(IndexError, match=r"rois\[2, 0\]"):
+        torch.ops.detops.roi_align(x, bad, 1.0, 2, 2, 2, True)
+    with pytest.raises(ValueError, match="pooled_height must be positive"):
+        torch.ops.detops.roi_align(x, rois, 1.0, 0, 2, 2, True)
+    out = torch.ops.detops.roi_align(x, rois, 1.0, 2, 2, 2, True)
+    ref = tv_roi_align(x, rois, (2, 2), 1.0, 2, True)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_double_backward_is_refused_clearly():
+    x, rois = make_inputs(13, 1, 2, 6, 7, 3, 0.5, torch.float64, "cpu")
+    x.requires_grad_()
+    out = torch.ops.detops.roi_align(x, rois, 0.5, 2, 2, 2, True)
+    (g,) = torch.autograd.grad((out * out).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward is not supported"):
+        g.sum().backward()
+
+
+def test_meta_tensors_give_shapes():
+    x = torch.empty(2, 3, 10, 12, device="meta")
+    rois = torch.empty(5, 5, device="meta")
+    out = torch.ops.detops.roi_align(x, rois, 0.25, 7, 6, 2, True)
+    assert out.shape == (5, 3, 7, 6) and out.device.type == "meta"

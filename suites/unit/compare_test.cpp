@@ -1,0 +1,118 @@
+// The comparison helpers against known pairs.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "detops/harness/compare.h"
+
+namespace detops::harness {
+namespace {
+
+const Tolerance kTol{1e-6, 1e-3};
+
+at::Tensor vec(std::vector<double> v) { return at::tensor(v, at::kDouble); }
+
+TEST(CompareTensors, IdenticalTensorsPassWithZeroError) {
+  const CompareResult r = compare_tensors(vec({1, -2, 3.5}), vec({1, -2, 3.5}), kTol);
+  EXPECT_TRUE(r.outcome == Outcome::kPassed);
+  EXPECT_EQ(r.max_abs_error, 0);
+  EXPECT_EQ(r.mismatches, 0);
+  EXPECT_EQ(r.worst_index, -1);
+  EXPECT_EQ(r.numel, 3);
+}
+
+TEST(CompareTensors, ReportsWorstElementAndCounts) {
+  // Element 1 is off by 0.1 (far outside), element 2 by 2e-3 on 10 (inside: 1e-6 + 1e-2).
+  const CompareResult r = compare_tensors(vec({1, 2.1, 10.002}), vec({1, 2, 10}), kTol);
+  EXPECT_TRUE(r.outcome == Outcome::kMismatch);
+  EXPECT_EQ(r.mismatches, 1);
+  EXPECT_EQ(r.worst_index, 1);
+  EXPECT_NEAR(r.max_abs_error, 0.1, 1e-12);
+  EXPECT_NEAR(r.max_rel_error, 0.05, 1e-12);
+  EXPECT_DOUBLE_EQ(r.worst_actual, 2.1);
+  EXPECT_DOUBLE_EQ(r.worst_expected, 2.0);
+}
+
+TEST(CompareTensors, ToleranceBoundaryIsInclusive) {
+  // |a - e| == atol + rtol * |e| exactly (values chosen exactly representable): passes.
+  const CompareResult r = compare_tensors(vec({2.5}), vec({2.0}), Tolerance{0.5, 0.0});
+  EXPECT_TRUE(r.outcome == Outcome::kPassed);
+  const CompareResult r2 = compare_tensors(vec({2.5}), vec({2.0}), Tolerance{0.25, 0.0});
+  EXPECT_TRUE(r2.outcome == Outcome::kMismatch);
+}
+
+TEST(CompareTensors, NaNMustMatchNaNByPosition) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(compare_tensors(vec({nan, 1}), vec({nan, 1}), kTol).outcome == Outcome::kPassed);
+  const CompareResult r = compare_tensors(vec({1, nan}), vec({nan, 1}), kTol);
+  EXPECT_TRUE(r.outcome == Outcome::kMismatch);
+  EXPECT_EQ(r.mismatches, 2);
+  EXPECT_TRUE(compare_tensors(vec({0}), vec({nan}), kTol).outcome == Outcome::kMismatch);
+}
+
+TEST(CompareTensors, InfinityMustMatchExactly) {
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(compare_tensors(vec({inf, -inf}), vec({inf, -inf}), kTol).outcome == Outcome::kPassed);
+  EXPECT_TRUE(compare_tensors(vec({inf}), vec({-inf}), kTol).outcome == Outcome::kMismatch);
+  EXPECT_TRUE(compare_tensors(vec({1e308}), vec({inf}), kTol).outcome == Outcome::kMismatch);
+}
+
+TEST(CompareTensors, IntegerOutputsMatchExactlyWhateverTheTolerance) {
+  const at::Tensor a = at::tensor({3, 4, 5}, at::kLong), e = at::tensor({3, 4, 6}, at::kLong);
+  const CompareResult r = compare_tensors(a, e, Tolerance{10, 10});
+  EXPECT_TRUE(r.outcome == Outcome::kMismatch);
+  EXPECT_EQ(r.mismatches, 1);
+  EXPECT_EQ(r.worst_index, 2);
+  EXPECT_TRUE(compare_tensors(a, a.clone(), Tolerance{}).outcome == Outcome::kPassed);
+}
+
+TEST(CompareTensors, ShapeMismatchIsAMismatchNotACrash) {
+  const CompareResult r = compare_tensors(at::zeros({2, 3}, at::kDouble), at::zeros({3, 2}, at::kDouble), kTol);
+  EXPECT_TRUE(r.outcome == Outcome::kMismatch);
+  EXPECT_NE(r.message.find("shape"), std::string::npos);
+}
+
+TEST(CompareTensors, EmptyTensorsPass) {
+  EXPECT_TRUE(compare_tensors(at::zeros({0, 4}), at::zeros({0, 4}, at::kDouble), kTol).outcome == Outcome::kPassed);
+}
+
+TEST(CompareTensors, WorstCoordinatesOfNonContiguousHalfInput) {
+  // actual is a transposed fp16 view; the comparison follows logical indices, not memory order.
+  at::Tensor expected = at::arange(6, at::kDouble).view({2, 3});
+  at::Tensor actual = expected.clone().t().contiguous().t().to(at::kHalf);
+  actual[1][2] = 9.0;
+  const CompareResult r = compare_tensors(actual, expected, Tolerance{1e-3, 1e-3});
+  EXPECT_TRUE(r.outcome == Outcome::kMismatch);
+  EXPECT_EQ(r.worst_index, 5);
+  EXPECT_EQ(r.worst_coords, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(r.dtype, "Half");
+}
+
+TEST(CompareTensors, DescribeNamesOutcomeAndWorstElement) {
+  const CompareResult r = compare_tensors(vec({1, 5}), vec({1, 2}), kTol);
+  const std::string d = r.describe();
+  EXPECT_NE(d.find("mismatch"), std::string::npos);
+  EXPECT_NE(d.find("[1]"), std::string::npos);
+  EXPECT_NE(d.find("mismatches=1/2"), std::string::npos);
+}
+
+TEST(BitwiseEqual, DistinguishesLastBitAndNaNPayloads) {
+  const at::Tensor a = vec({1.0, 2.0});
+  at::Tensor b = a.clone();
+  EXPECT_TRUE(bitwise_equal(a, b));
+  b[1] = std::nextafter(2.0, 3.0);
+  EXPECT_FALSE(bitwise_equal(a, b));
+  EXPECT_FALSE(bitwise_equal(a, a.to(at::kFloat)));
+}
+
+TEST(ToleranceTable, ScalingRequiresAReason) {
+  EXPECT_THROW(scaled(default_tolerance(DType::kFloat32), ToleranceScale{10, 1, ""}), std::invalid_argument);
+  const Tolerance t = scaled(default_tolerance(DType::kFloat32), ToleranceScale{10, 2, "coordinate rounding"});
+  EXPECT_DOUBLE_EQ(t.atol, 1e-4);
+  EXPECT_DOUBLE_EQ(t.rtol, 2e-5);
+}
+
+}  // namespace
+}  // namespace detops::harness

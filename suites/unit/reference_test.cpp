@@ -1,0 +1,119 @@
+// Self-checks of the references against values known in closed form (no GPU, no kernel code).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "detops/reference/roi_align_reference.h"
+
+namespace detops::reference {
+namespace {
+
+// f(n, c, y, x) = a_c * y + b_c * x + n: bilinear interpolation reproduces it exactly inside the map.
+Tensor4d linear_map(Eigen::Index n, Eigen::Index c, Eigen::Index h, Eigen::Index w) {
+  Tensor4d t(n, c, h, w);
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index j = 0; j < c; ++j)
+      for (Eigen::Index y = 0; y < h; ++y)
+        for (Eigen::Index x = 0; x < w; ++x) t(i, j, y, x) = (j + 1) * 0.5 * y - (j + 2) * 0.25 * x + i;
+  return t;
+}
+
+Matrixd rois(std::initializer_list<std::initializer_list<double>> rows) {
+  Matrixd m(static_cast<Eigen::Index>(rows.size()), 5);
+  Eigen::Index r = 0;
+  for (const auto& row : rows) {
+    Eigen::Index c = 0;
+    for (double v : row) m(r, c++) = v;
+    ++r;
+  }
+  return m;
+}
+
+TEST(RoiAlignReference, LinearMapGivesValueAtBinCenter) {
+  // The samples of a bin are symmetric about its center, so their mean of a linear function is the
+  // function at the bin center, for any grid size.
+  const Tensor4d x = linear_map(2, 3, 20, 24);
+  const Matrixd r = rois({{1, 8, 4, 40, 28}, {0, 2, 2, 30, 34}});
+  for (std::int64_t sr : {0, 1, 2, 4}) {
+    for (bool aligned : {false, true}) {
+      const RoiAlignParams p{0.5, 3, 4, sr, aligned};
+      const Tensor4d out = roi_align_forward(p, x, r);
+      for (Eigen::Index k = 0; k < 2; ++k) {
+        const double shift = aligned ? 0.5 : 0.0;
+        const double x1 = r(k, 1) * 0.5 - shift, y1 = r(k, 2) * 0.5 - shift;
+        const double bw = (r(k, 3) - r(k, 1)) * 0.5 / 4, bh = (r(k, 4) - r(k, 2)) * 0.5 / 3;
+        for (Eigen::Index c = 0; c < 3; ++c)
+          for (Eigen::Index i = 0; i < 3; ++i)
+            for (Eigen::Index j = 0; j < 4; ++j) {
+              const double cy = y1 + (i + 0.5) * bh, cx = x1 + (j + 0.5) * bw;
+              const double expected = (c + 1) * 0.5 * cy - (c + 2) * 0.25 * cx + r(k, 0);
+              EXPECT_NEAR(out(k, c, i, j), expected, 1e-12) << "sr=" << sr << " aligned=" << aligned;
+            }
+      }
+    }
+  }
+}
+
+TEST(RoiAlignReference, ConstantMapAndRoiPartlyOutside) {
+  // A constant map: inside samples give the constant; samples beyond [-1, H] give 0, so a roi whose
+  // single sample lies at y = -2 gives 0, and one at y = -1 (edge, inclusive) gives the constant.
+  Tensor4d x(1, 1, 4, 4);
+  x.setConstant(3.0);
+  const RoiAlignParams p{1.0, 1, 1, 1, false};
+  const Tensor4d out = roi_align_forward(p, x, rois({{0, 1, -2.5, 2, -1.5}, {0, 1, -1.5, 2, -0.5}, {0, 1, 3.5, 2, 4.5}, {0, 1, 4.01, 2, 5.01}}));
+  EXPECT_DOUBLE_EQ(out(0, 0, 0, 0), 0.0);
+  EXPECT_DOUBLE_EQ(out(1, 0, 0, 0), 3.0);
+  EXPECT_DOUBLE_EQ(out(2, 0, 0, 0), 3.0);  // y = 4 = H: inclusive edge, snapped to the last row
+  EXPECT_DOUBLE_EQ(out(3, 0, 0, 0), 0.0);  // y = 4.51 > H
+}
+
+TEST(RoiAlignReference, EmptyBinsAndNaNGiveZeroNotNaN) {
+  Tensor4d x(1, 1, 5, 5);
+  x.setConstant(1.0);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const RoiAlignParams aligned_adaptive{1.0, 2, 2, 0, true};
+  const Tensor4d out = roi_align_forward(aligned_adaptive, x, rois({{0, 3, 3, 1, 1}, {0, nan, 1, 3, 3}, {0, 2, 2, 2, 2}}));
+  for (Eigen::Index k = 0; k < 3; ++k)
+    for (Eigen::Index i = 0; i < 2; ++i)
+      for (Eigen::Index j = 0; j < 2; ++j) EXPECT_EQ(out(k, 0, i, j), 0.0) << "roi " << k;
+}
+
+TEST(RoiAlignReference, AdaptiveGridIsCapped) {
+  // A 1e7-pixel roi on a 1x1 pooled output samples a 1024 x 1024 grid (kRoiAlignMaxSamplingGrid);
+  // the grid spans the whole roi, so on a constant map only the samples inside [-1, H] count.
+  Tensor4d x(1, 1, 3, 3);
+  x.setConstant(2.0);
+  const Tensor4d out = roi_align_forward({1.0, 1, 1, 0, true}, x, rois({{0, -5e6, -5e6, 5e6, 5e6}}));
+  // Sample spacing is 1e7/1024 ~ 9766 px: the two central sample columns sit at +-4883 px, outside
+  // the map, so no sample hits it.
+  EXPECT_EQ(out(0, 0, 0, 0), 0.0);
+  const Tensor4d out2 = roi_align_forward({1.0, 1, 1, 0, true}, x, rois({{0, -2047, -2047, 2049, 2049}}));
+  // Capped at 1024 (uncapped would be 4096): spacing 4 px, samples at -2045.5 + 4i; only i = 512
+  // (x = y = 2.5) falls in [-1, 3], so one sample of 1024^2 sees the map.
+  EXPECT_NEAR(out2(0, 0, 0, 0), 2.0 / (1024.0 * 1024.0), 1e-15);
+}
+
+TEST(RoiAlignReference, BackwardIsTheAdjointOfForward) {
+  // <forward(x), g> == <x, backward(g)> for random x and g: the defining property of the backward.
+  Tensor4d x(2, 2, 6, 7);
+  x.setRandom();
+  const Matrixd r = rois({{0, 1.3, 0.2, 9.7, 8.1}, {1, -2, -1, 5, 14}, {1, 3, 3, 3.5, 12}});
+  const RoiAlignParams p{0.75, 3, 2, 0, true};
+  const Tensor4d y = roi_align_forward(p, x, r);
+  Tensor4d g(y.dimensions());
+  g.setRandom();
+  const Tensor4d gx = roi_align_backward(p, g, r, {2, 2, 6, 7});
+  const Eigen::Tensor<double, 0, Eigen::RowMajor> lhs = (y * g).sum();
+  const Eigen::Tensor<double, 0, Eigen::RowMajor> rhs = (x * gx).sum();
+  EXPECT_NEAR(lhs(), rhs(), 1e-12 * (1 + std::abs(lhs())));
+}
+
+TEST(RoiAlignReference, RejectsOutOfRangeBatchIndex) {
+  Tensor4d x(1, 1, 2, 2);
+  x.setZero();
+  EXPECT_THROW(roi_align_forward({1.0, 1, 1, 1, false}, x, rois({{1, 0, 0, 1, 1}})), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace detops::reference
