@@ -7,13 +7,19 @@ if(NOT CMAKE_CUDA_COMPILER)
   message(FATAL_ERROR "DetOps: nvcc (CUDA Toolkit >= 12) not found. Install the CUDA Toolkit and put its bin/ on PATH, or pass -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc.")
 endif()
 
+# The compute capabilities of the visible GPUs ("9.0"), if any: for 'auto' and to name the SASS that
+# 'native' builds carry.
+execute_process(COMMAND nvidia-smi --query-gpu=compute_cap --format=csv,noheader
+                OUTPUT_VARIABLE _detops_gpu_caps RESULT_VARIABLE _detops_smi_rc ERROR_QUIET
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT _detops_smi_rc EQUAL 0)
+  set(_detops_gpu_caps "")
+endif()
+
 # Resolve the architecture list before enable_language(CUDA) so that CMake never probes with a wrong one.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
   if(DETOPS_CUDA_ARCH STREQUAL "auto")
-    execute_process(COMMAND nvidia-smi --query-gpu=compute_cap --format=csv,noheader
-                    OUTPUT_VARIABLE _detops_gpu_caps RESULT_VARIABLE _detops_smi_rc ERROR_QUIET
-                    OUTPUT_STRIP_TRAILING_WHITESPACE)
-    if(_detops_smi_rc EQUAL 0 AND _detops_gpu_caps MATCHES "[0-9]+\\.[0-9]+")
+    if(_detops_gpu_caps MATCHES "[0-9]+\\.[0-9]+")
       set(CMAKE_CUDA_ARCHITECTURES native)
       message(STATUS "DetOps: GPU visible (compute capability ${_detops_gpu_caps}); building for 'native'")
     else()

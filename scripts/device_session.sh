@@ -7,14 +7,14 @@ out=${1:-results/device-session}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
-{ nvidia-smi; nvcc --version | tail -2; cmake --version | head -1; } >"$out/machine.txt" 2>&1
+{ nvidia-smi; nvcc --version | tail -2; cmake --version | head -1; /usr/bin/g++ --version | head -1; } >"$out/machine.txt" 2>&1
 t0=$(date +%s)
 scripts/run.sh 2>&1 | tee "$out/run.log"
 echo "main job exit: ${PIPESTATUS[0]}, $(( $(date +%s) - t0 )) s" | tee -a "$out/run.log"
 last=$(ls -d results/runs/*/ | tail -n1)
 cp "$last"/*.json "$last"/summary.md "$out/" 2>/dev/null
 source scripts/lib.sh >/dev/null
-DETOPS_PRESET=dev ctest --test-dir build/dev -R 'unit|python' --output-on-failure 2>&1 | tail -25 | tee "$out/ctest.log"
+DETOPS_PRESET=dev ctest --test-dir build/dev -R "unit|python" --output-on-failure >"$out/ctest.log" 2>&1; tail -8 "$out/ctest.log"
 if command -v compute-sanitizer >/dev/null; then
   t1=$(date +%s)
   timeout "${DETOPS_MEMCHECK_SECONDS:-240}" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \

@@ -91,12 +91,51 @@ detops_setup() {
   detops_log "python: $DETOPS_PYTHON (torch $(_detops_torch_report "$DETOPS_PYTHON"))"
 }
 
+# The C++ compiler must link libstdc++ as a shared library: a toolchain that links it statically into
+# libdetops_torch.so puts a second C++ runtime into the Python process next to libtorch's, and the
+# first error message formatted there crashes Python (seen with a wrapper g++ whose -B directory holds
+# only libstdc++.a). $CXX (or g++) is probed with a one-line shared library; if it links libstdc++
+# statically and the distribution's /usr/bin/g++ does not, that one is used instead, and the log says so.
+_detops_links_shared_libstdcxx() {
+  local dir rc=1
+  dir=$(mktemp -d)
+  printf '#include <sstream>\nstd::string f(long v) { std::ostringstream s; s << v; return s.str(); }\n' >"$dir/p.cpp"
+  if "$1" -shared -fPIC -o "$dir/p.so" "$dir/p.cpp" 2>/dev/null; then
+    readelf -d "$dir/p.so" 2>/dev/null | grep -q 'NEEDED.*libstdc++' && rc=0
+  fi
+  rm -rf "$dir"
+  return $rc
+}
+
+_detops_pick_cxx() {
+  local cxx=${CXX:-$(command -v g++ || true)}
+  [ -n "$cxx" ] || return 0
+  if ! _detops_links_shared_libstdcxx "$cxx"; then
+    if [ "$cxx" != /usr/bin/g++ ] && [ -x /usr/bin/g++ ] && _detops_links_shared_libstdcxx /usr/bin/g++; then
+      detops_log "$cxx links libstdc++ statically, which breaks loading DetOps into Python next to libtorch; using /usr/bin/g++"
+      cxx=/usr/bin/g++
+    else
+      detops_log "warning: $cxx links libstdc++ statically; torch.ops.load_library of DetOps may crash Python"
+    fi
+  fi
+  export CXX=$cxx
+  export CUDAHOSTCXX=$cxx
+  # CMake fixes the compiler at first configuration: start that build folder afresh if it differs.
+  local cache="$DETOPS_BUILD_DIR/CMakeCache.txt" cached
+  cached=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache" 2>/dev/null)
+  if [ -n "$cached" ] && [ "$(readlink -f "$cached")" != "$(readlink -f "$cxx")" ]; then
+    detops_log "compiler changed to $cxx: reconfiguring $DETOPS_BUILD_DIR from scratch"
+    rm -rf "$DETOPS_BUILD_DIR"
+  fi
+}
+
 detops_configure_and_build() {
   if [ -z "${DETOPS_PRESET:-}" ]; then
     if [ "${CI:-}" = true ]; then DETOPS_PRESET=ci; else DETOPS_PRESET=dev; fi
   fi
   DETOPS_BUILD_DIR="$DETOPS_ROOT/build/$DETOPS_PRESET"
   export DETOPS_PRESET DETOPS_BUILD_DIR
+  _detops_pick_cxx
   mkdir -p "$DETOPS_ROOT/build"
   detops_log "configuring (preset $DETOPS_PRESET)"
   cmake --preset "$DETOPS_PRESET" -DDETOPS_PYTHON="$DETOPS_PYTHON" >"$DETOPS_ROOT/build/configure-$DETOPS_PRESET.log" 2>&1 || {

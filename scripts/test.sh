@@ -2,10 +2,21 @@
 # The test command: installs what is missing, configures, builds incrementally and runs every test
 # (C++ unit tests, the correctness suite on CPU and CUDA, the Python parity test). Without a GPU the
 # CUDA tests are reported as skipped with the reason. Preset: $DETOPS_PRESET, else ci under CI=true,
-# else dev.
+# else dev. Extra arguments go to ctest.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 detops_setup
 detops_configure_and_build
 detops_log "running the tests"
+rm -rf "$DETOPS_BUILD_DIR/test-results"
+set +e
 ctest --preset "$DETOPS_PRESET" "$@"
+rc=$?
+set -e
+# CTest shows a skipped entry without its output: say here which CUDA tests were skipped and why.
+cuda_record="$DETOPS_BUILD_DIR/test-results/correctness_cuda.json"
+if [ -f "$cuda_record" ] && ! detops_gpu_visible; then
+  detops_log "CUDA correctness tests on this machine:"
+  "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/summarize_correctness.py" "$cuda_record" | sed -n '1,/^$/p;/^\*\*/p'
+fi
+exit $rc

@@ -15,7 +15,8 @@ struct RoiAlignParams {
 
 // Upper bound on the samples per bin side. An adaptive grid is min(ceil(roi_size / pooled), this), so a
 // garbage roi (say 1e9 pixels wide) costs bounded work instead of hanging the device; identical to
-// torchvision for every roi whose scaled extent is <= 1024 bins. sampling_ratio above it is rejected.
+// torchvision for every roi whose bins span at most 1024 feature-map pixels. A sampling_ratio above it
+// is rejected.
 inline constexpr std::int64_t kRoiAlignMaxSamplingGrid = 1024;
 
 }  // namespace detops

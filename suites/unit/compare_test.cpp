@@ -68,6 +68,17 @@ TEST(CompareTensors, IntegerOutputsMatchExactlyWhateverTheTolerance) {
   EXPECT_TRUE(compare_tensors(a, a.clone(), Tolerance{}).outcome == Outcome::kPassed);
 }
 
+TEST(CompareTensors, MagnitudeScalesTheRelativeTermForCancellingSums) {
+  // A sum of terms of size ~100 that cancels to 0.001: an error of 1e-4 is 1e-6 of the terms (fine
+  // for rtol 1e-3 against the magnitude) but 10% of the result (a mismatch without the magnitude).
+  const at::Tensor actual = vec({0.0011}), expected = vec({0.001}), magnitude = vec({200.0});
+  EXPECT_TRUE(compare_tensors(actual, expected, Tolerance{1e-6, 1e-3}).outcome == Outcome::kMismatch);
+  EXPECT_TRUE(compare_tensors(actual, expected, Tolerance{1e-6, 1e-3}, magnitude).outcome == Outcome::kPassed);
+  // The magnitude never tightens: max(|e|, magnitude) is used.
+  EXPECT_TRUE(compare_tensors(vec({10.005}), vec({10.0}), Tolerance{0, 1e-3}, vec({0.0})).outcome == Outcome::kPassed);
+  EXPECT_THROW(compare_tensors(vec({1, 2}), vec({1, 2}), Tolerance{}, vec({1})), std::invalid_argument);
+}
+
 TEST(CompareTensors, ShapeMismatchIsAMismatchNotACrash) {
   const CompareResult r = compare_tensors(at::zeros({2, 3}, at::kDouble), at::zeros({3, 2}, at::kDouble), kTol);
   EXPECT_TRUE(r.outcome == Outcome::kMismatch);
