@@ -122,7 +122,7 @@ _detops_pick_cxx() {
   export CUDAHOSTCXX=$cxx
   # CMake fixes the compiler at first configuration: start that build folder afresh if it differs.
   local cache="$DETOPS_BUILD_DIR/CMakeCache.txt" cached
-  cached=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache" 2>/dev/null)
+  cached=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache" 2>/dev/null || true)
   if [ -n "$cached" ] && [ "$(readlink -f "$cached")" != "$(readlink -f "$cxx")" ]; then
     detops_log "compiler changed to $cxx: reconfiguring $DETOPS_BUILD_DIR from scratch"
     rm -rf "$DETOPS_BUILD_DIR"
