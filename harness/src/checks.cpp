@@ -75,7 +75,8 @@ void record_common(CheckResult& r, const OpCase& c, const char* dtype, Device de
   r.properties["device"] = device_name(device);
 }
 
-// Fills outcome, message and figures from comparisons; the worst comparison's figures are the test's.
+}  // namespace
+
 void summarize(CheckResult& r) {
   double max_abs = 0, max_rel = 0;
   std::int64_t mismatches = 0;
@@ -102,6 +103,8 @@ void summarize(CheckResult& r) {
   r.properties["mismatches"] = std::to_string(mismatches);
   if (!worst.empty()) r.properties["worst_index"] = worst;
 }
+
+namespace {
 
 template <typename Body>
 CheckResult guarded(CheckResult r, Body&& body) {
@@ -320,6 +323,21 @@ CheckResult check_reference_gradient(const OpSpec& op, const OpCase& c) {
     }
     finite_difference_check(res, d, d.reference_forward, d.reference_backward,
                             materialize_inputs(d.inputs, DType::kFloat64, Device::kCpu), c.seed);
+  });
+}
+
+CheckResult run_extra_check(const ExtraCheck& e) {
+  CheckResult r;
+  r.properties["device"] = device_name(e.device);
+  if (e.device == Device::kCuda && !cuda_available()) {
+    r.outcome = Outcome::kSkipped;
+    r.message = cuda_unavailable_reason();
+    return guarded(r, [](CheckResult&) {});
+  }
+  return guarded(r, [&](CheckResult& res) {
+    CheckResult inner = e.run();
+    inner.properties.insert(res.properties.begin(), res.properties.end());
+    res = std::move(inner);
   });
 }
 

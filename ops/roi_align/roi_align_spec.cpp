@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "detops/harness/checks.h"
 #include "detops/harness/eigen_bridge.h"
 #include "detops/harness/op_spec.h"
 #include "detops/reference/roi_align_reference.h"
@@ -260,11 +261,100 @@ std::vector<harness::BadInputCase> roi_align_bad_inputs() {
   return bad;
 }
 
+// 64-bit indexing past 2^31 input elements (OPS.md: int32 overflow for big tensors). The input is
+// [1, 1, 46341, 46341] = 2,147,488,281 elements, built on the device from a formula; rois sit near its
+// far corner (flat offsets > 2^31) and near its origin, and the reference runs on 1024 x 1024 crops
+// that share the map's edges with the rois shifted by the crop origin, so every boundary rule is the
+// same. Coordinates are multiples of 256, exact in every dtype (bf16 has 8 significant bits).
+constexpr std::int64_t kLargeSide = 46341;
+constexpr std::int64_t kCrop = 1024;
+
+at::ScalarType torch_scalar(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return at::kDouble;
+    case DType::kFloat32: return at::kFloat;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+  }
+  return at::kFloat;
+}
+
+harness::CheckResult check_large_input(DType dtype, bool backward) {
+  harness::CheckResult r;
+  const RoiAlignParams p{1.0, 7, 7, 2, true};
+  const std::int64_t side = kLargeSide, far = kLargeSide - kCrop;
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::ScalarType st = torch_scalar(dtype);
+  // rows 0-1: near the far corner (row 1 reaches past the right edge); row 2: near the origin.
+  const at::Tensor rois_cpu = at::tensor({0.0, 46080.0, 46080.0, 46336.0, 46336.0,  //
+                                          0.0, 45824.0, 46080.0, 46592.0, 46336.0,  //
+                                          0.0, 256.0, 0.0, 512.0, 256.0},
+                                         at::kDouble).view({3, 5});
+  const at::Tensor rois = rois_cpu.to(cuda.dtype(st));
+  const at::Tensor shift = at::tensor({0.0, static_cast<double>(far), static_cast<double>(far),
+                                       static_cast<double>(far), static_cast<double>(far)}, at::kDouble);
+  const at::Tensor far_rois = rois_cpu.slice(0, 0, 2) - shift, near_rois = rois_cpu.slice(0, 2, 3);
+  // Positions near 46,000 px computed in fp32 are off by a few 2^-8 px; the map's slope is <= 0.48
+  // per px, so 2e-2 bounds that rounding, while an index that wrapped at 2^31 reads another part of
+  // the map, O(1) away.
+  const harness::Tolerance tol = dtype == DType::kFloat64 ? harness::default_tolerance(dtype) : harness::Tolerance{2e-2, 2e-2};
+  r.properties["input_shape"] = "[1, 1, 46341, 46341]";
+  r.properties["input_elements"] = std::to_string(side * side);
+  const at::ScalarType compute = dtype == DType::kFloat64 ? at::kDouble : at::kFloat;
+  if (!backward) {
+    at::Tensor x;
+    {
+      const at::Tensor ys = at::arange(side, cuda.dtype(compute)).view({side, 1});
+      const at::Tensor xs = at::arange(side, cuda.dtype(compute)).view({1, side});
+      x = at::sin(ys * 0.37 + xs * 0.11).to(st).view({1, 1, side, side});
+    }
+    const at::Tensor out = roi_align_forward(x, rois, p).cpu();
+    const at::Tensor crop_far = x.slice(2, far, side).slice(3, far, side).cpu();
+    const at::Tensor crop_near = x.slice(2, 0, kCrop).slice(3, 0, kCrop).cpu();
+    x.reset();
+    const at::Tensor ref_far = harness::from_tensor4d(
+        reference::roi_align_forward(p, harness::to_tensor4d(crop_far), harness::to_matrix(far_rois)));
+    const at::Tensor ref_near = harness::from_tensor4d(
+        reference::roi_align_forward(p, harness::to_tensor4d(crop_near), harness::to_matrix(near_rois)));
+    r.comparisons.push_back(harness::compare_tensors(out.slice(0, 0, 2), ref_far, tol));
+    r.comparisons.push_back(harness::compare_tensors(out.slice(0, 2, 3), ref_near, tol));
+  } else {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0x2A11'BEEF);
+    const at::Tensor grad_cpu = at::randn({3, 1, 7, 7}, gen, at::TensorOptions().dtype(at::kDouble)).to(st);
+    const at::Tensor gi = roi_align_backward(grad_cpu.to(at::kCUDA), rois, p, {1, 1, side, side});
+    const at::Tensor gi_far = gi.slice(2, far, side).slice(3, far, side).cpu();
+    const at::Tensor gi_near = gi.slice(2, 0, kCrop).slice(3, 0, kCrop).cpu();
+    // Nothing may land outside the two crops: an index that wrapped would write elsewhere.
+    const std::int64_t nonzero_total = at::count_nonzero(gi).item<std::int64_t>();
+    const std::int64_t nonzero_crops = at::count_nonzero(gi_far).item<std::int64_t>() + at::count_nonzero(gi_near).item<std::int64_t>();
+    r.properties["nonzero_outside_crops"] = std::to_string(nonzero_total - nonzero_crops);
+    const at::Tensor g = grad_cpu.to(at::kDouble);
+    const at::Tensor ref_far = harness::from_tensor4d(reference::roi_align_backward(
+        p, harness::to_tensor4d(g.slice(0, 0, 2)), harness::to_matrix(far_rois), {1, 1, kCrop, kCrop}));
+    const at::Tensor ref_near = harness::from_tensor4d(reference::roi_align_backward(
+        p, harness::to_tensor4d(g.slice(0, 2, 3)), harness::to_matrix(near_rois), {1, 1, kCrop, kCrop}));
+    r.comparisons.push_back(harness::compare_tensors(gi_far, ref_far, tol));
+    r.comparisons.push_back(harness::compare_tensors(gi_near, ref_near, tol));
+    if (nonzero_total != nonzero_crops) {
+      r.outcome = harness::Outcome::kMismatch;
+      r.message = std::to_string(nonzero_total - nonzero_crops) + " grad_input elements outside the rois' crops are nonzero";
+    }
+  }
+  harness::summarize(r);
+  return r;
+}
+
 OpSpec roi_align_spec() {
   OpSpec spec;
   spec.name = "roi_align";
   spec.cases = roi_align_cases();
   spec.bad_inputs = roi_align_bad_inputs();
+  for (DType dtype : kAllDTypes) {
+    for (bool backward : {false, true}) {
+      spec.extra_checks.push_back({backward ? "large_index_backward" : "large_index_forward", dtype_name(dtype),
+                                   Device::kCuda, [dtype, backward] { return check_large_input(dtype, backward); }});
+    }
+  }
   spec.valid_call = [](const at::Device& d) {
     const auto opts = at::TensorOptions().dtype(at::kFloat).device(d);
     const at::Tensor x = at::ones({1, 1, 4, 4}, opts);

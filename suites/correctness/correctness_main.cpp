@@ -58,6 +58,10 @@ void register_tests() {
         add_test(op.name + ".reference_gradcheck", c.name + ".fp64.cpu", [=] { return check_reference_gradient(*o, *cp); });
       }
     }
+    for (const ExtraCheck& e : op.extra_checks) {
+      const ExtraCheck* ep = &e;
+      add_test(op.name + "." + e.check, e.variant + "." + device_name(e.device), [=] { return run_extra_check(*ep); });
+    }
     for (const BadInputCase& b : op.bad_inputs) {
       const BadInputCase* bp = &b;
       for (Device dev : devices) {

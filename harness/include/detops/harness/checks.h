@@ -5,17 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "detops/harness/check_result.h"
 #include "detops/harness/compare.h"
 #include "detops/harness/op_spec.h"
 
 namespace detops::harness {
-
-struct CheckResult {
-  Outcome outcome = Outcome::kPassed;
-  std::string message;                       // reason for anything but passed
-  std::vector<CompareResult> comparisons;    // one per output (or per differentiable input)
-  std::map<std::string, std::string> properties;
-};
 
 // Whether CUDA tests can run here, and if not, why (cudaGetDeviceCount's error in words).
 bool cuda_available();
@@ -35,5 +29,12 @@ CheckResult check_gradient_finite_differences(const OpSpec& op, const OpCase& c,
 CheckResult check_reference_gradient(const OpSpec& op, const OpCase& c);
 // The bad input raises an error whose message names what it must; then valid_call still works.
 CheckResult check_bad_input(const OpSpec& op, const BadInputCase& b, Device device);
+// Runs an op's extra check (skipped with the reason when it needs CUDA and CUDA is unavailable);
+// exceptions become an error outcome.
+CheckResult run_extra_check(const ExtraCheck& e);
+
+// Figures of a CheckResult's comparisons (max errors, mismatches, worst index, one line per
+// comparison) as properties, and the outcome and message of the first comparison that failed.
+void summarize(CheckResult& r);
 
 }  // namespace detops::harness

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "detops/harness/check_result.h"
 #include "detops/harness/outcome.h"
 #include "detops/harness/tolerance.h"
 
@@ -58,6 +59,16 @@ struct BadInputCase {
   std::vector<std::string> message_must_contain;
 };
 
+// A check that does not fit the case model: for instance inputs past 2^31 elements, which are built
+// on the device and checked on crops, because fp64 host copies of them would not fit. Registered as
+// the test `<op>.<check>.<variant>.<device>`.
+struct ExtraCheck {
+  std::string check;    // e.g. "large_index_forward"
+  std::string variant;  // e.g. "fp16"
+  Device device = Device::kCuda;
+  std::function<CheckResult()> run;
+};
+
 struct Determinism {
   bool forward_cpu = true, forward_cuda = true, backward_cpu = true, backward_cuda = false;
   std::string note;  // what makes a declared-nondeterministic path so
@@ -68,6 +79,7 @@ struct OpSpec {
   std::vector<DType> dtypes{std::begin(kAllDTypes), std::end(kAllDTypes)};
   std::vector<OpCase> cases;
   std::vector<BadInputCase> bad_inputs;
+  std::vector<ExtraCheck> extra_checks;
   std::function<void(const at::Device&)> valid_call;  // runs after each bad input: the process must still work
   std::map<DType, ToleranceScale> tolerance_scales;
   Determinism determinism;
