@@ -2,6 +2,7 @@
 // torch.ops.torchvision.roi_align so it can replace it unchanged.
 #include "roi_align/roi_align_torch.h"
 
+#include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -114,6 +115,8 @@ at::Tensor roi_align_backward(const at::Tensor& grad, const at::Tensor& rois, co
   RoiAlignBackwardArgs args{s, grad.data_ptr(), {grad.stride(0), grad.stride(1), grad.stride(2), grad.stride(3)},
                             rois_c.data_ptr(), grad_input_acc.data_ptr()};
   if (grad.is_cuda()) {
+    // atomicAdd scatter: not bitwise reproducible. Refuse (or warn) under deterministic mode.
+    at::globalContext().alertNotDeterministic("detops::_roi_align_backward (CUDA)");
     c10::cuda::CUDAGuard guard(grad.device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(grad.device().index()).stream();
     FirstInvalidRow invalid(grad, stream);

@@ -105,6 +105,19 @@ def test_double_backward_is_refused_clearly():
         g.sum().backward()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CPU backward is deterministic")
+def test_cuda_backward_refuses_deterministic_mode():
+    x, rois = make_inputs(14, 1, 2, 6, 7, 3, 0.5, torch.float32, "cuda")
+    x.requires_grad_()
+    out = torch.ops.detops.roi_align(x, rois, 0.5, 2, 2, 2, True)
+    torch.use_deterministic_algorithms(True)
+    try:
+        with pytest.raises(RuntimeError, match="_roi_align_backward"):
+            out.sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 def test_meta_tensors_give_shapes():
     x = torch.empty(2, 3, 10, 12, device="meta")
     rois = torch.empty(5, 5, device="meta")
