@@ -1,5 +1,7 @@
-// RoIAlign CUDA kernels: one thread per output (forward) or grad_output (backward) element, 64-bit
-// flattened indices, grid-stride loops, fp32 accumulation for half types.
+// RoIAlign CUDA kernels: one thread per output (forward) or grad_output (backward) element, grid-stride
+// loops, fp32 accumulation for half types. The flattened element index is decomposed in 32-bit
+// arithmetic when it provably fits (64-bit division costs ~4x more), else in 64-bit; memory offsets
+// into the feature map are always 64-bit.
 #include "common/cuda_check.h"
 #include "common/dispatch.h"
 #include "common/kernel_registry.h"
@@ -11,19 +13,26 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T>
+// 32-bit decomposition is safe when every index the loop can form, total + grid stride, fits.
+bool fits_32bit_loop(std::int64_t total, unsigned blocks) {
+  return total + static_cast<std::int64_t>(blocks) * kThreads < (std::int64_t{1} << 31);
+}
+
+template <typename T, typename Index>
 __global__ void roi_align_forward_kernel(RoiAlignParams p, RoiAlignShape s, const T* __restrict__ input,
                                          const T* __restrict__ rois, T* __restrict__ output,
                                          unsigned long long* __restrict__ first_invalid_roi) {
   using Acc = acc_t<T>;
-  const std::int64_t pw_n = p.pooled_width, ph_n = p.pooled_height;
-  const std::int64_t total = s.num_rois * s.channels * ph_n * pw_n;
-  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const std::int64_t pw = i % pw_n;
-    const std::int64_t ph = (i / pw_n) % ph_n;
-    const std::int64_t c = (i / (pw_n * ph_n)) % s.channels;
-    const std::int64_t k = i / (pw_n * ph_n * s.channels);
+  const Index pw_n = static_cast<Index>(p.pooled_width), ph_n = static_cast<Index>(p.pooled_height);
+  const Index channels = static_cast<Index>(s.channels);
+  const Index total = static_cast<Index>(s.num_rois) * channels * ph_n * pw_n;
+  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       i < total; i += stride) {
+    const Index pw = i % pw_n;
+    const Index ph = (i / pw_n) % ph_n;
+    const Index c = (i / (pw_n * ph_n)) % channels;
+    const Index k = i / (pw_n * ph_n * channels);
     const RoiAlignGeometry<Acc> g = roi_align_geometry<T, Acc>(p, rois + k * 5, s.batch);
     if (g.batch < 0) {
       output[i] = from_acc<T>(Acc(0));
@@ -35,38 +44,48 @@ __global__ void roi_align_forward_kernel(RoiAlignParams p, RoiAlignShape s, cons
   }
 }
 
-template <typename T>
+template <typename T, typename Index>
 __global__ void roi_align_backward_kernel(RoiAlignParams p, RoiAlignShape s, const T* __restrict__ grad_output,
                                           std::int64_t go_s0, std::int64_t go_s1, std::int64_t go_s2,
                                           std::int64_t go_s3, const T* __restrict__ rois,
                                           acc_t<T>* __restrict__ grad_input, unsigned long long* __restrict__ first_invalid_roi) {
   using Acc = acc_t<T>;
-  const std::int64_t pw_n = p.pooled_width, ph_n = p.pooled_height;
-  const std::int64_t total = s.num_rois * s.channels * ph_n * pw_n;
-  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const std::int64_t pw = i % pw_n;
-    const std::int64_t ph = (i / pw_n) % ph_n;
-    const std::int64_t c = (i / (pw_n * ph_n)) % s.channels;
-    const std::int64_t k = i / (pw_n * ph_n * s.channels);
+  const Index pw_n = static_cast<Index>(p.pooled_width), ph_n = static_cast<Index>(p.pooled_height);
+  const Index channels = static_cast<Index>(s.channels);
+  const Index total = static_cast<Index>(s.num_rois) * channels * ph_n * pw_n;
+  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       i < total; i += stride) {
+    const Index pw = i % pw_n;
+    const Index ph = (i / pw_n) % ph_n;
+    const Index c = (i / (pw_n * ph_n)) % channels;
+    const Index k = i / (pw_n * ph_n * channels);
     const RoiAlignGeometry<Acc> g = roi_align_geometry<T, Acc>(p, rois + k * 5, s.batch);
     if (g.batch < 0) {
       if (first_invalid_roi != nullptr) atomicMin(first_invalid_roi, static_cast<unsigned long long>(k));
       continue;
     }
-    const Acc grad = to_acc<Acc>(grad_output[k * go_s0 + c * go_s1 + ph * go_s2 + pw * go_s3]);
+    const Acc grad = to_acc<Acc>(grad_output[static_cast<std::int64_t>(k) * go_s0 + static_cast<std::int64_t>(c) * go_s1 +
+                                             static_cast<std::int64_t>(ph) * go_s2 + static_cast<std::int64_t>(pw) * go_s3]);
     Acc* plane = grad_input + (g.batch * s.channels + c) * s.height * s.width;
     roi_align_bin_scatter(g, grad, s.height, s.width, ph, pw,
                           [plane](std::int64_t offset, Acc v) { atomicAdd(plane + offset, v); });
   }
 }
 
+template <typename T, typename Index>
+void register_roi_align_kernels(const std::string& type_name, const char* index_name) {
+  const std::string suffix = "<" + type_name + ", " + index_name + ">";
+  register_kernel("roi_align", ("roi_align_forward_kernel" + suffix).c_str(),
+                  reinterpret_cast<const void*>(&roi_align_forward_kernel<T, Index>));
+  register_kernel("roi_align", ("roi_align_backward_kernel" + suffix).c_str(),
+                  reinterpret_cast<const void*>(&roi_align_backward_kernel<T, Index>));
+}
+
 template <typename T>
 void register_roi_align_kernels(const char* type_name) {
-  static const std::string fwd = std::string("roi_align_forward_kernel<") + type_name + ">";
-  static const std::string bwd = std::string("roi_align_backward_kernel<") + type_name + ">";
-  register_kernel("roi_align", fwd.c_str(), reinterpret_cast<const void*>(&roi_align_forward_kernel<T>));
-  register_kernel("roi_align", bwd.c_str(), reinterpret_cast<const void*>(&roi_align_backward_kernel<T>));
+  register_roi_align_kernels<T, std::int32_t>(type_name, "int32");
+  register_roi_align_kernels<T, std::int64_t>(type_name, "int64");
 }
 
 const bool kRegistered = [] {
@@ -84,11 +103,14 @@ void launch_roi_align_forward(const RoiAlignParams& params, const RoiAlignForwar
   const RoiAlignShape& s = args.shape;
   const std::int64_t total = s.num_rois * s.channels * params.pooled_height * params.pooled_width;
   if (total == 0) return;
+  const unsigned blocks = grid_for(total, kThreads);
   dispatch_floating(dtype, "roi_align_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    roi_align_forward_kernel<T><<<grid_for(total, kThreads), kThreads, 0, stream>>>(
-        params, s, static_cast<const T*>(args.input), static_cast<const T*>(args.rois), static_cast<T*>(args.output),
-        args.first_invalid_roi);
+    auto kernel = fits_32bit_loop(total, blocks) ? roi_align_forward_kernel<T, std::int32_t>
+                                                 : roi_align_forward_kernel<T, std::int64_t>;
+    kernel<<<blocks, kThreads, 0, stream>>>(params, s, static_cast<const T*>(args.input),
+                                            static_cast<const T*>(args.rois), static_cast<T*>(args.output),
+                                            args.first_invalid_roi);
   });
   DETOPS_CHECK_LAUNCH();
 }
@@ -99,11 +121,14 @@ void launch_roi_align_backward(const RoiAlignParams& params, const RoiAlignBackw
   const std::int64_t total = s.num_rois * s.channels * params.pooled_height * params.pooled_width;
   if (total == 0) return;
   const auto& st = args.grad_output_strides;
+  const unsigned blocks = grid_for(total, kThreads);
   dispatch_floating(dtype, "roi_align_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    roi_align_backward_kernel<T><<<grid_for(total, kThreads), kThreads, 0, stream>>>(
-        params, s, static_cast<const T*>(args.grad_output), st[0], st[1], st[2], st[3],
-        static_cast<const T*>(args.rois), static_cast<acc_t<T>*>(args.grad_input_acc), args.first_invalid_roi);
+    auto kernel = fits_32bit_loop(total, blocks) ? roi_align_backward_kernel<T, std::int32_t>
+                                                 : roi_align_backward_kernel<T, std::int64_t>;
+    kernel<<<blocks, kThreads, 0, stream>>>(params, s, static_cast<const T*>(args.grad_output), st[0], st[1], st[2],
+                                            st[3], static_cast<const T*>(args.rois),
+                                            static_cast<acc_t<T>*>(args.grad_input_acc), args.first_invalid_roi);
   });
   DETOPS_CHECK_LAUNCH();
 }

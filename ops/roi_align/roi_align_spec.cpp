@@ -344,6 +344,64 @@ harness::CheckResult check_large_input(DType dtype, bool backward) {
   return r;
 }
 
+// Past 2^31 output (forward) or grad_output (backward) elements: 43,830,000 rois x 1 channel x 7 x 7
+// = 2,147,670,000, which takes the kernels' 64-bit index path. The first and last 1000 rois lie on
+// a 64 x 64 map (the last ones have flat indices > 2^31) and are checked against the reference; all
+// others lie far outside the map, so they sample nothing (no atomics in the backward) and must give 0.
+harness::CheckResult check_large_output(DType dtype, bool backward) {
+  harness::CheckResult r;
+  constexpr std::int64_t kRois = 43'830'000, kEdge = 1000, kSide = 64;
+  const RoiAlignParams p{1.0, 7, 7, 2, true};
+  const at::ScalarType st = torch_scalar(dtype);
+  const auto cuda = at::TensorOptions().device(at::kCUDA).dtype(st);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0x2A11'0B16);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  // In-map rois, rounded to the dtype first so the reference sees what the op sees.
+  const at::Tensor u = at::rand({2 * kEdge, 4}, gen, f64);
+  const at::Tensor x1 = u.select(1, 0) * 40, y1 = u.select(1, 1) * 40;
+  const at::Tensor edge_rois = at::stack({at::zeros({2 * kEdge}, f64), x1, y1, x1 + 2 + u.select(1, 2) * 20,
+                                          y1 + 2 + u.select(1, 3) * 20}, 1).to(st).to(at::kDouble);
+  at::Tensor rois = at::empty({kRois, 5}, cuda);
+  rois.select(1, 0).fill_(0);
+  rois.slice(1, 1, 3).fill_(-1000);
+  rois.slice(1, 3, 5).fill_(-990);
+  rois.slice(0, 0, kEdge).copy_(edge_rois.slice(0, 0, kEdge));
+  rois.slice(0, kRois - kEdge, kRois).copy_(edge_rois.slice(0, kEdge, 2 * kEdge));
+  r.properties["elements"] = std::to_string(kRois * 49);
+  const harness::Tolerance tol = harness::default_tolerance(dtype);
+  const auto compare_rows = [&](const at::Tensor& actual, const at::Tensor& expected) {
+    r.comparisons.push_back(harness::compare_tensors(actual, expected, tol));
+  };
+  const at::Tensor map_cpu = (at::arange(kSide * kSide, f64).view({1, 1, kSide, kSide}) * 0.05).sin().to(st).to(at::kDouble);
+  if (!backward) {
+    const at::Tensor out = roi_align_forward(map_cpu.to(cuda), rois, p);
+    const at::Tensor ref = harness::from_tensor4d(
+        reference::roi_align_forward(p, harness::to_tensor4d(map_cpu), harness::to_matrix(edge_rois)));
+    compare_rows(out.slice(0, 0, kEdge).cpu(), ref.slice(0, 0, kEdge));
+    compare_rows(out.slice(0, kRois - kEdge, kRois).cpu(), ref.slice(0, kEdge, 2 * kEdge));
+    const std::int64_t nonzero_middle = at::count_nonzero(out.slice(0, kEdge, kRois - kEdge)).item<std::int64_t>();
+    r.properties["nonzero_outside_map_rows"] = std::to_string(nonzero_middle);
+    if (nonzero_middle != 0) {
+      r.outcome = harness::Outcome::kMismatch;
+      r.message = std::to_string(nonzero_middle) + " outputs of rois outside the map are nonzero";
+    }
+  } else {
+    at::Tensor grad = at::zeros({kRois, 1, 7, 7}, cuda);
+    const at::Tensor edge_grad = at::randn({2 * kEdge, 1, 7, 7}, gen, f64).to(st);
+    grad.slice(0, 0, kEdge).copy_(edge_grad.slice(0, 0, kEdge));
+    grad.slice(0, kRois - kEdge, kRois).copy_(edge_grad.slice(0, kEdge, 2 * kEdge));
+    grad.slice(0, kEdge, kRois - kEdge).fill_(1);  // rois outside the map: must contribute nothing
+    const at::Tensor gi = roi_align_backward(grad, rois, p, {1, 1, kSide, kSide}).cpu();
+    const at::Tensor ref = harness::from_tensor4d(reference::roi_align_backward(
+        p, harness::to_tensor4d(edge_grad.to(at::kDouble)), harness::to_matrix(edge_rois), {1, 1, kSide, kSide}));
+    const at::Tensor mag = harness::from_tensor4d(reference::roi_align_backward(
+        p, harness::to_tensor4d(edge_grad.to(at::kDouble).abs()), harness::to_matrix(edge_rois), {1, 1, kSide, kSide}));
+    r.comparisons.push_back(harness::compare_tensors(gi, ref, tol, mag));
+  }
+  harness::summarize(r);
+  return r;
+}
+
 OpSpec roi_align_spec() {
   OpSpec spec;
   spec.name = "roi_align";
@@ -353,6 +411,8 @@ OpSpec roi_align_spec() {
     for (bool backward : {false, true}) {
       spec.extra_checks.push_back({backward ? "large_index_backward" : "large_index_forward", dtype_name(dtype),
                                    Device::kCuda, [dtype, backward] { return check_large_input(dtype, backward); }});
+      spec.extra_checks.push_back({backward ? "large_output_backward" : "large_output_forward", dtype_name(dtype),
+                                   Device::kCuda, [dtype, backward] { return check_large_output(dtype, backward); }});
     }
   }
   spec.valid_call = [](const at::Device& d) {
