@@ -9,23 +9,25 @@
 
 namespace detops {
 
-template <typename Acc>
+// Index: the integer type of in-plane positions; 32-bit when the plane has fewer than 2^31 elements
+// (cheaper on the GPU), 64-bit otherwise.
+template <typename Acc, typename Index = std::int64_t>
 struct BilinearTaps {
   bool valid = false;
-  std::int64_t y_low = 0, y_high = 0, x_low = 0, x_high = 0;
+  Index y_low = 0, y_high = 0, x_low = 0, x_high = 0;
   Acc w_ll = 0, w_lh = 0, w_hl = 0, w_hh = 0;  // weights of (y_low,x_low) (y_low,x_high) (y_high,x_low) (y_high,x_high)
 };
 
-template <typename Acc>
-DETOPS_HD BilinearTaps<Acc> bilinear_taps(Acc y, Acc x, std::int64_t height, std::int64_t width) {
-  BilinearTaps<Acc> t;
+template <typename Acc, typename Index>
+DETOPS_HD BilinearTaps<Acc, Index> bilinear_taps(Acc y, Acc x, Index height, Index width) {
+  BilinearTaps<Acc, Index> t;
   if (!(y >= Acc(-1) && y <= static_cast<Acc>(height) && x >= Acc(-1) && x <= static_cast<Acc>(width))) {
     return t;
   }
   if (y <= Acc(0)) y = Acc(0);
   if (x <= Acc(0)) x = Acc(0);
-  t.y_low = static_cast<std::int64_t>(y);
-  t.x_low = static_cast<std::int64_t>(x);
+  t.y_low = static_cast<Index>(y);
+  t.x_low = static_cast<Index>(x);
   if (t.y_low >= height - 1) {
     t.y_low = t.y_high = height - 1;
     y = static_cast<Acc>(t.y_low);

@@ -13,9 +13,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// 32-bit decomposition is safe when every index the loop can form, total + grid stride, fits.
-bool fits_32bit_loop(std::int64_t total, unsigned blocks) {
-  return total + static_cast<std::int64_t>(blocks) * kThreads < (std::int64_t{1} << 31);
+// 32-bit index math is safe when every index the loop can form (total + grid stride) and every
+// in-plane offset (< height * width) fits; plane base offsets are always 64-bit.
+bool fits_32bit(std::int64_t total, unsigned blocks, const RoiAlignShape& s) {
+  constexpr std::int64_t kLimit = std::int64_t{1} << 31;
+  return total + static_cast<std::int64_t>(blocks) * kThreads < kLimit && s.height * s.width < kLimit;
 }
 
 template <typename T, typename Index>
@@ -40,7 +42,8 @@ __global__ void roi_align_forward_kernel(RoiAlignParams p, RoiAlignShape s, cons
       continue;
     }
     const T* plane = input + (g.batch * s.channels + c) * s.height * s.width;
-    output[i] = from_acc<T>(roi_align_bin_average<T, Acc>(g, plane, s.height, s.width, ph, pw));
+    output[i] = from_acc<T>(roi_align_bin_average<T, Acc, Index>(g, plane, static_cast<Index>(s.height),
+                                                                 static_cast<Index>(s.width), ph, pw));
   }
 }
 
@@ -68,8 +71,8 @@ __global__ void roi_align_backward_kernel(RoiAlignParams p, RoiAlignShape s, con
     const Acc grad = to_acc<Acc>(grad_output[static_cast<std::int64_t>(k) * go_s0 + static_cast<std::int64_t>(c) * go_s1 +
                                              static_cast<std::int64_t>(ph) * go_s2 + static_cast<std::int64_t>(pw) * go_s3]);
     Acc* plane = grad_input + (g.batch * s.channels + c) * s.height * s.width;
-    roi_align_bin_scatter(g, grad, s.height, s.width, ph, pw,
-                          [plane](std::int64_t offset, Acc v) { atomicAdd(plane + offset, v); });
+    roi_align_bin_scatter(g, grad, static_cast<Index>(s.height), static_cast<Index>(s.width), ph, pw,
+                          [plane](Index offset, Acc v) { atomicAdd(plane + offset, v); });
   }
 }
 
@@ -106,7 +109,7 @@ void launch_roi_align_forward(const RoiAlignParams& params, const RoiAlignForwar
   const unsigned blocks = grid_for(total, kThreads);
   dispatch_floating(dtype, "roi_align_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    auto kernel = fits_32bit_loop(total, blocks) ? roi_align_forward_kernel<T, std::int32_t>
+    auto kernel = fits_32bit(total, blocks, s) ? roi_align_forward_kernel<T, std::int32_t>
                                                  : roi_align_forward_kernel<T, std::int64_t>;
     kernel<<<blocks, kThreads, 0, stream>>>(params, s, static_cast<const T*>(args.input),
                                             static_cast<const T*>(args.rois), static_cast<T*>(args.output),
@@ -124,7 +127,7 @@ void launch_roi_align_backward(const RoiAlignParams& params, const RoiAlignBackw
   const unsigned blocks = grid_for(total, kThreads);
   dispatch_floating(dtype, "roi_align_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    auto kernel = fits_32bit_loop(total, blocks) ? roi_align_backward_kernel<T, std::int32_t>
+    auto kernel = fits_32bit(total, blocks, s) ? roi_align_backward_kernel<T, std::int32_t>
                                                  : roi_align_backward_kernel<T, std::int64_t>;
     kernel<<<blocks, kThreads, 0, stream>>>(params, s, static_cast<const T*>(args.grad_output), st[0], st[1], st[2],
                                             st[3], static_cast<const T*>(args.rois),

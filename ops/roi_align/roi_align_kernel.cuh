@@ -15,16 +15,16 @@ template <typename Acc>
 struct RoiAlignGeometry {
   std::int64_t batch = -1;  // -1 when the roi's batch index is NaN or outside [0, batch)
   Acc start_y = 0, start_x = 0, bin_h = 0, bin_w = 0;
-  std::int64_t grid_h = 0, grid_w = 0;
+  int grid_h = 0, grid_w = 0;  // <= kRoiAlignMaxSamplingGrid
   Acc count = 1;  // max(grid_h * grid_w, 1): an empty bin averages to 0, never NaN
 };
 
 // min(ceil(v), kRoiAlignMaxSamplingGrid) for v > 0, else 0 (NaN and negative extents sample nothing).
 template <typename Acc>
-DETOPS_HD std::int64_t roi_align_adaptive_grid(Acc v) {
+DETOPS_HD int roi_align_adaptive_grid(Acc v) {
   if (!(v > Acc(0))) return 0;
-  if (!(v < static_cast<Acc>(kRoiAlignMaxSamplingGrid))) return kRoiAlignMaxSamplingGrid;
-  return static_cast<std::int64_t>(ceil(v));
+  if (!(v < static_cast<Acc>(kRoiAlignMaxSamplingGrid))) return static_cast<int>(kRoiAlignMaxSamplingGrid);
+  return static_cast<int>(ceil(v));
 }
 
 template <typename T, typename Acc>
@@ -44,35 +44,36 @@ DETOPS_HD RoiAlignGeometry<Acc> roi_align_geometry(const RoiAlignParams& p, cons
   }
   g.bin_h = roi_h / static_cast<Acc>(p.pooled_height);
   g.bin_w = roi_w / static_cast<Acc>(p.pooled_width);
-  g.grid_h = p.sampling_ratio > 0 ? p.sampling_ratio : roi_align_adaptive_grid(g.bin_h);
-  g.grid_w = p.sampling_ratio > 0 ? p.sampling_ratio : roi_align_adaptive_grid(g.bin_w);
-  const std::int64_t n = g.grid_h * g.grid_w;
+  // sampling_ratio <= kRoiAlignMaxSamplingGrid is checked by the framework layer.
+  g.grid_h = p.sampling_ratio > 0 ? static_cast<int>(p.sampling_ratio) : roi_align_adaptive_grid(g.bin_h);
+  g.grid_w = p.sampling_ratio > 0 ? static_cast<int>(p.sampling_ratio) : roi_align_adaptive_grid(g.bin_w);
+  const int n = g.grid_h * g.grid_w;
   g.count = static_cast<Acc>(n > 1 ? n : 1);
   return g;
 }
 
-template <typename Acc>
-DETOPS_HD Acc roi_align_sample_y(const RoiAlignGeometry<Acc>& g, std::int64_t ph, std::int64_t iy) {
+template <typename Acc, typename Index>
+DETOPS_HD Acc roi_align_sample_y(const RoiAlignGeometry<Acc>& g, Index ph, int iy) {
   return g.start_y + static_cast<Acc>(ph) * g.bin_h +
          static_cast<Acc>(static_cast<Acc>(iy) + Acc(0.5)) * g.bin_h / static_cast<Acc>(g.grid_h);
 }
 
-template <typename Acc>
-DETOPS_HD Acc roi_align_sample_x(const RoiAlignGeometry<Acc>& g, std::int64_t pw, std::int64_t ix) {
+template <typename Acc, typename Index>
+DETOPS_HD Acc roi_align_sample_x(const RoiAlignGeometry<Acc>& g, Index pw, int ix) {
   return g.start_x + static_cast<Acc>(pw) * g.bin_w +
          static_cast<Acc>(static_cast<Acc>(ix) + Acc(0.5)) * g.bin_w / static_cast<Acc>(g.grid_w);
 }
 
-// Average of the bilinear samples of bin (ph, pw) over one H x W plane.
-template <typename T, typename Acc>
-DETOPS_HD Acc roi_align_bin_average(const RoiAlignGeometry<Acc>& g, const T* plane, std::int64_t height,
-                                    std::int64_t width, std::int64_t ph, std::int64_t pw) {
+// Average of the bilinear samples of bin (ph, pw) over one H x W plane. Index: see bilinear.h.
+template <typename T, typename Acc, typename Index>
+DETOPS_HD Acc roi_align_bin_average(const RoiAlignGeometry<Acc>& g, const T* plane, Index height, Index width,
+                                    Index ph, Index pw) {
   Acc sum = 0;
-  for (std::int64_t iy = 0; iy < g.grid_h; ++iy) {
+  for (int iy = 0; iy < g.grid_h; ++iy) {
     const Acc y = roi_align_sample_y(g, ph, iy);
-    for (std::int64_t ix = 0; ix < g.grid_w; ++ix) {
+    for (int ix = 0; ix < g.grid_w; ++ix) {
       const Acc x = roi_align_sample_x(g, pw, ix);
-      const BilinearTaps<Acc> t = bilinear_taps(y, x, height, width);
+      const BilinearTaps<Acc, Index> t = bilinear_taps(y, x, height, width);
       if (!t.valid) continue;
       sum += t.w_ll * to_acc<Acc>(plane[t.y_low * width + t.x_low]) +
              t.w_lh * to_acc<Acc>(plane[t.y_low * width + t.x_high]) +
@@ -84,15 +85,15 @@ DETOPS_HD Acc roi_align_bin_average(const RoiAlignGeometry<Acc>& g, const T* pla
 }
 
 // Scatters grad (the gradient of bin (ph, pw)) to the plane through add(flat_offset, value).
-template <typename Acc, typename AddFn>
-DETOPS_HD void roi_align_bin_scatter(const RoiAlignGeometry<Acc>& g, Acc grad, std::int64_t height,
-                                     std::int64_t width, std::int64_t ph, std::int64_t pw, AddFn&& add) {
+template <typename Acc, typename Index, typename AddFn>
+DETOPS_HD void roi_align_bin_scatter(const RoiAlignGeometry<Acc>& g, Acc grad, Index height, Index width, Index ph,
+                                     Index pw, AddFn&& add) {
   const Acc g_per_sample = grad / g.count;
-  for (std::int64_t iy = 0; iy < g.grid_h; ++iy) {
+  for (int iy = 0; iy < g.grid_h; ++iy) {
     const Acc y = roi_align_sample_y(g, ph, iy);
-    for (std::int64_t ix = 0; ix < g.grid_w; ++ix) {
+    for (int ix = 0; ix < g.grid_w; ++ix) {
       const Acc x = roi_align_sample_x(g, pw, ix);
-      const BilinearTaps<Acc> t = bilinear_taps(y, x, height, width);
+      const BilinearTaps<Acc, Index> t = bilinear_taps(y, x, height, width);
       if (!t.valid) continue;
       add(t.y_low * width + t.x_low, g_per_sample * t.w_ll);
       add(t.y_low * width + t.x_high, g_per_sample * t.w_lh);
