@@ -31,10 +31,7 @@ __global__ void roi_align_forward_kernel(RoiAlignParams p, RoiAlignShape s, cons
   const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
   for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
        i < total; i += stride) {
-    const Index pw = i % pw_n;
-    const Index ph = (i / pw_n) % ph_n;
-    const Index c = (i / (pw_n * ph_n)) % channels;
-    const Index k = i / (pw_n * ph_n * channels);
+    const auto [k, c, ph, pw] = roi_align_element(i, channels, ph_n, pw_n);
     const RoiAlignGeometry<Acc> g = roi_align_geometry<T, Acc>(p, rois + k * 5, s.batch);
     if (g.batch < 0) {
       output[i] = from_acc<T>(Acc(0));
@@ -59,10 +56,7 @@ __global__ void roi_align_backward_kernel(RoiAlignParams p, RoiAlignShape s, con
   const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
   for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
        i < total; i += stride) {
-    const Index pw = i % pw_n;
-    const Index ph = (i / pw_n) % ph_n;
-    const Index c = (i / (pw_n * ph_n)) % channels;
-    const Index k = i / (pw_n * ph_n * channels);
+    const auto [k, c, ph, pw] = roi_align_element(i, channels, ph_n, pw_n);
     const RoiAlignGeometry<Acc> g = roi_align_geometry<T, Acc>(p, rois + k * 5, s.batch);
     if (g.batch < 0) {
       if (first_invalid_roi != nullptr) atomicMin(first_invalid_roi, static_cast<unsigned long long>(k));

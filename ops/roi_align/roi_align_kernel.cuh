@@ -64,23 +64,31 @@ DETOPS_HD Acc roi_align_sample_x(const RoiAlignGeometry<Acc>& g, Index pw, int i
          static_cast<Acc>(static_cast<Acc>(ix) + Acc(0.5)) * g.bin_w / static_cast<Acc>(g.grid_w);
 }
 
-// Average of the bilinear samples of bin (ph, pw) over one H x W plane. Index: see bilinear.h.
+// Calls fn(taps) for the bilinear taps of every sample of bin (ph, pw) that lands on the map.
+// Index: see bilinear.h.
+template <typename Acc, typename Index, typename Fn>
+DETOPS_HD void roi_align_for_each_sample(const RoiAlignGeometry<Acc>& g, Index height, Index width, Index ph, Index pw,
+                                         Fn&& fn) {
+  for (int iy = 0; iy < g.grid_h; ++iy) {
+    const Acc y = roi_align_sample_y(g, ph, iy);
+    for (int ix = 0; ix < g.grid_w; ++ix) {
+      const BilinearTaps<Acc, Index> t = bilinear_taps(y, roi_align_sample_x(g, pw, ix), height, width);
+      if (t.valid) fn(t);
+    }
+  }
+}
+
+// Average of the bilinear samples of bin (ph, pw) over one H x W plane.
 template <typename T, typename Acc, typename Index>
 DETOPS_HD Acc roi_align_bin_average(const RoiAlignGeometry<Acc>& g, const T* plane, Index height, Index width,
                                     Index ph, Index pw) {
   Acc sum = 0;
-  for (int iy = 0; iy < g.grid_h; ++iy) {
-    const Acc y = roi_align_sample_y(g, ph, iy);
-    for (int ix = 0; ix < g.grid_w; ++ix) {
-      const Acc x = roi_align_sample_x(g, pw, ix);
-      const BilinearTaps<Acc, Index> t = bilinear_taps(y, x, height, width);
-      if (!t.valid) continue;
-      sum += t.w_ll * to_acc<Acc>(plane[t.y_low * width + t.x_low]) +
-             t.w_lh * to_acc<Acc>(plane[t.y_low * width + t.x_high]) +
-             t.w_hl * to_acc<Acc>(plane[t.y_high * width + t.x_low]) +
-             t.w_hh * to_acc<Acc>(plane[t.y_high * width + t.x_high]);
-    }
-  }
+  roi_align_for_each_sample(g, height, width, ph, pw, [&](const BilinearTaps<Acc, Index>& t) {
+    sum += t.w_ll * to_acc<Acc>(plane[t.y_low * width + t.x_low]) +
+           t.w_lh * to_acc<Acc>(plane[t.y_low * width + t.x_high]) +
+           t.w_hl * to_acc<Acc>(plane[t.y_high * width + t.x_low]) +
+           t.w_hh * to_acc<Acc>(plane[t.y_high * width + t.x_high]);
+  });
   return sum / g.count;
 }
 
@@ -89,18 +97,27 @@ template <typename Acc, typename Index, typename AddFn>
 DETOPS_HD void roi_align_bin_scatter(const RoiAlignGeometry<Acc>& g, Acc grad, Index height, Index width, Index ph,
                                      Index pw, AddFn&& add) {
   const Acc g_per_sample = grad / g.count;
-  for (int iy = 0; iy < g.grid_h; ++iy) {
-    const Acc y = roi_align_sample_y(g, ph, iy);
-    for (int ix = 0; ix < g.grid_w; ++ix) {
-      const Acc x = roi_align_sample_x(g, pw, ix);
-      const BilinearTaps<Acc, Index> t = bilinear_taps(y, x, height, width);
-      if (!t.valid) continue;
-      add(t.y_low * width + t.x_low, g_per_sample * t.w_ll);
-      add(t.y_low * width + t.x_high, g_per_sample * t.w_lh);
-      add(t.y_high * width + t.x_low, g_per_sample * t.w_hl);
-      add(t.y_high * width + t.x_high, g_per_sample * t.w_hh);
-    }
-  }
+  roi_align_for_each_sample(g, height, width, ph, pw, [&](const BilinearTaps<Acc, Index>& t) {
+    add(t.y_low * width + t.x_low, g_per_sample * t.w_ll);
+    add(t.y_low * width + t.x_high, g_per_sample * t.w_lh);
+    add(t.y_high * width + t.x_low, g_per_sample * t.w_hl);
+    add(t.y_high * width + t.x_high, g_per_sample * t.w_hh);
+  });
+}
+
+// The (roi, channel, bin row, bin column) of flat output index i of a [K, C, ph, pw] tensor.
+template <typename Index>
+struct RoiAlignElement {
+  Index k, c, ph, pw;
+};
+
+template <typename Index>
+DETOPS_HD RoiAlignElement<Index> roi_align_element(Index i, Index channels, Index pooled_h, Index pooled_w) {
+  const Index pw = i % pooled_w;
+  const Index rest = i / pooled_w;
+  const Index ph = rest % pooled_h;
+  const Index kc = rest / pooled_h;
+  return {kc / channels, kc % channels, ph, pw};
 }
 
 }  // namespace detops
