@@ -1,0 +1,111 @@
+#pragma once
+// Per-element RoIPool math shared by the CUDA kernels and the CPU implementation. Framework-free;
+// compiles under nvcc (host and device) and under a plain C++ compiler. Geometry is computed in the
+// accumulation type (double for fp64, float otherwise) with torchvision's operations, so fp64 and fp32
+// bin edges are bit-identical to torchvision's.
+#include <cmath>
+#include <cstdint>
+
+#include "common/macros.h"
+#include "common/numeric.h"
+#include "common/readonly_load.h"
+#include "roi_pool/roi_pool.h"
+
+namespace detops {
+
+template <typename Acc>
+struct RoiPoolGeometry {
+  std::int64_t batch = -1;  // -1 when the roi's batch index is NaN or outside [0, batch)
+  bool pools = false;       // false when a scaled coordinate is NaN: every bin is then empty
+  std::int64_t start_h = 0, start_w = 0;
+  Acc bin_h = 0, bin_w = 0;
+};
+
+// Bin rows [hstart, hend) and columns [wstart, wend), already clipped to the map.
+struct RoiPoolBin {
+  std::int64_t hstart = 0, hend = 0, wstart = 0, wend = 0;
+  DETOPS_HD bool empty() const { return hend <= hstart || wend <= wstart; }
+};
+
+// round(v * scale) (half away from zero), clamped to +-kRoiPoolCoordinateLimit; false for NaN.
+template <typename Acc>
+DETOPS_HD bool roi_pool_scaled_coordinate(Acc v, Acc scale, std::int64_t* out) {
+  const Acc r = round(v * scale);
+  if (!(r == r)) return false;
+  const Acc limit = static_cast<Acc>(kRoiPoolCoordinateLimit);
+  *out = static_cast<std::int64_t>(r < -limit ? -limit : (r > limit ? limit : r));
+  return true;
+}
+
+template <typename T, typename Acc>
+DETOPS_HD RoiPoolGeometry<Acc> roi_pool_geometry(const RoiPoolParams& p, const T* roi, std::int64_t batch) {
+  RoiPoolGeometry<Acc> g;
+  const Acc b = to_acc<Acc>(load_readonly(roi));
+  g.batch = (b >= Acc(0) && b < static_cast<Acc>(batch)) ? static_cast<std::int64_t>(b) : -1;
+  const Acc scale = static_cast<Acc>(p.spatial_scale);
+  std::int64_t x1 = 0, y1 = 0, x2 = 0, y2 = 0;
+  g.pools = roi_pool_scaled_coordinate(to_acc<Acc>(load_readonly(roi + 1)), scale, &x1) &&
+            roi_pool_scaled_coordinate(to_acc<Acc>(load_readonly(roi + 2)), scale, &y1) &&
+            roi_pool_scaled_coordinate(to_acc<Acc>(load_readonly(roi + 3)), scale, &x2) &&
+            roi_pool_scaled_coordinate(to_acc<Acc>(load_readonly(roi + 4)), scale, &y2);
+  // Malformed rois (x2 < x1) become one pixel wide, as in torchvision.
+  const std::int64_t roi_w = x2 - x1 + 1 > 1 ? x2 - x1 + 1 : 1;
+  const std::int64_t roi_h = y2 - y1 + 1 > 1 ? y2 - y1 + 1 : 1;
+  g.start_h = y1;
+  g.start_w = x1;
+  g.bin_h = static_cast<Acc>(roi_h) / static_cast<Acc>(p.pooled_height);
+  g.bin_w = static_cast<Acc>(roi_w) / static_cast<Acc>(p.pooled_width);
+  return g;
+}
+
+DETOPS_HD std::int64_t roi_pool_clip(std::int64_t v, std::int64_t size) { return v < 0 ? 0 : (v > size ? size : v); }
+
+template <typename Acc>
+DETOPS_HD RoiPoolBin roi_pool_bin(const RoiPoolGeometry<Acc>& g, std::int64_t ph, std::int64_t pw, std::int64_t height,
+                                  std::int64_t width) {
+  RoiPoolBin b;
+  if (!g.pools) return b;
+  b.hstart = roi_pool_clip(static_cast<std::int64_t>(floor(static_cast<Acc>(ph) * g.bin_h)) + g.start_h, height);
+  b.hend = roi_pool_clip(static_cast<std::int64_t>(ceil(static_cast<Acc>(ph + 1) * g.bin_h)) + g.start_h, height);
+  b.wstart = roi_pool_clip(static_cast<std::int64_t>(floor(static_cast<Acc>(pw) * g.bin_w)) + g.start_w, width);
+  b.wend = roi_pool_clip(static_cast<std::int64_t>(ceil(static_cast<Acc>(pw + 1) * g.bin_w)) + g.start_w, width);
+  return b;
+}
+
+template <typename Acc>
+struct RoiPoolMax {
+  Acc value = 0;
+  std::int64_t index = -1;  // h * width + w within the plane; -1 for an empty or all-NaN bin
+};
+
+// The max of one bin of an H x W plane, scanned row by row. The first non-NaN value is taken, then a
+// value replaces the max only if strictly greater, so ties keep the first maximum and NaNs never win.
+// Empty bin: value 0, index -1. Non-empty bin of NaNs only: value NaN, index -1.
+template <typename T, typename Acc>
+DETOPS_HD RoiPoolMax<Acc> roi_pool_bin_max(const RoiPoolBin& b, const T* plane, std::int64_t width) {
+  RoiPoolMax<Acc> m;
+  if (b.empty()) return m;
+  for (std::int64_t h = b.hstart; h < b.hend; ++h) {
+    for (std::int64_t w = b.wstart; w < b.wend; ++w) {
+      const std::int64_t i = h * width + w;
+      const Acc v = to_acc<Acc>(load_readonly(plane + i));
+      if (m.index < 0 ? v == v : v > m.value) {
+        m.value = v;
+        m.index = i;
+      }
+    }
+  }
+  if (m.index < 0) m.value = to_acc<Acc>(load_readonly(plane + b.hstart * width + b.wstart));  // a NaN
+  return m;
+}
+
+// Whether a stored argmax addresses an element of an H x W plane: -1 (no element) is not an error;
+// anything else outside [0, plane_elements) is.
+enum class RoiPoolArgmaxKind { kNone, kElement, kInvalid };
+
+DETOPS_HD RoiPoolArgmaxKind roi_pool_argmax_kind(std::int32_t argmax, std::int64_t plane_elements) {
+  if (argmax == -1) return RoiPoolArgmaxKind::kNone;
+  return argmax >= 0 && argmax < plane_elements ? RoiPoolArgmaxKind::kElement : RoiPoolArgmaxKind::kInvalid;
+}
+
+}  // namespace detops
