@@ -34,7 +34,7 @@ enum class RoiLayout {
   kMapBorder,        // ps_roi_align: single samples exactly on y = -1, y = H, x = -1, x = W and just outside
   kLastRowColumn,    // ps_roi_pool: rois ending on or past the map's last row and column
   kRoundingTies,     // ps_roi_pool: scaled coordinates exactly at n + 0.5, positive and negative
-  kUnevenBins,       // ps_roi_pool: roi sizes 13, 29, 31, 58, 62 px, where float bin arithmetic is inexact
+  kUnevenBins,       // ps_roi_pool: roi sizes where floating-point bin arithmetic is off by one pixel
 };
 enum class BatchLayout { kSpread, kAllInFirst, kFractional };
 
@@ -138,8 +138,11 @@ at::Tensor make_rois(const PsRoiCaseConfig& cfg, at::Generator& gen) {
     case RoiLayout::kRoundingTies:  // n + 0.5 rounds away from zero: 2.5 -> 3, -1.5 -> -2, 0.5 -> 1, -0.5 -> -1
       fill_rows({{2.5, 1.5, 7.5, 6.5}, {-1.5, -0.5, 4.5, 3.5}, {0.5, 2.5, 3.5, 8.5}, {5.5, -2.5, 12.5, 9.5}});
       break;
-    case RoiLayout::kUnevenBins:
-      fill_rows({{1, 2, 14, 31}, {3, 1, 32, 30}, {0, 0, 58, 62}, {2, 3, 33, 16}, {4, 5, 66, 63}});
+    case RoiLayout::kUnevenBins:  // widths / heights where torchvision's fp32 or fp64 bins are off by one pixel:
+      // 7 bins: 57 (fp32), 29, 58 (fp64); 11 bins: 29, 47, 58 (fp32), 25, 50, 61 (fp64); 13 bins: 7, 14, 28, 56
+      // (fp32), 27, 54, 57 (fp64)
+      fill_rows({{1, 2, 30, 59}, {3, 1, 61, 29}, {0, 0, 61, 54}, {2, 3, 49, 17},
+                 {4, 5, 54, 32}, {6, 1, 31, 57}, {5, 4, 62, 33}, {1, 1, 59, 8}});
       break;
   }
   at::Tensor b;
@@ -359,9 +362,9 @@ std::vector<OpCase> ps_roi_pool_cases() {
   l.add("rois_on_last_row_and_column_1x1", c);
   c = base; c.rois = RoiLayout::kRoundingTies; c.spatial_scale = 0.5; c.num_rois = 4; c.pooled_height = c.pooled_width = 2;
   l.add("coordinate_rounding_ties", c);
-  c = base; c.rois = RoiLayout::kUnevenBins; c.spatial_scale = 1.0; c.num_rois = 5; c.out_channels = 1;
+  c = base; c.rois = RoiLayout::kUnevenBins; c.spatial_scale = 1.0; c.num_rois = 8; c.out_channels = 1;
   c.pooled_height = c.pooled_width = 7; c.height = c.width = 70; c.batch = 1; l.add("uneven_bins_7x7", c);
-  c = base; c.rois = RoiLayout::kUnevenBins; c.spatial_scale = 1.0; c.num_rois = 5; c.out_channels = 1;
+  c = base; c.rois = RoiLayout::kUnevenBins; c.spatial_scale = 1.0; c.num_rois = 8; c.out_channels = 1;
   c.pooled_height = 13; c.pooled_width = 11; c.height = c.width = 70; c.batch = 1; l.add("uneven_bins_13x11", c);
   c = base; c.rois = RoiLayout::kSubPixel; c.pooled_height = c.pooled_width = 7; l.add("roi_smaller_than_bins", c);
   c = base; c.out_channels = 1; c.pooled_height = c.pooled_width = 7; c.height = 100; c.width = 168; c.batch = 1;
