@@ -1,0 +1,222 @@
+#pragma once
+// Per-element ps_roi_align / ps_roi_pool math shared by the CUDA kernels and the CPU implementation.
+// Framework-free; compiles under nvcc (host and device) and under a plain C++ compiler.
+#include <cmath>
+#include <cstdint>
+
+#include "common/bilinear.h"
+#include "common/macros.h"
+#include "common/numeric.h"
+#include "ps_roi/ps_roi.h"
+
+namespace detops {
+
+// Element (k, c, i, j) of a [K, C_out, ph, pw] output sits at flat index k * C_in + c_in, where
+// c_in = (c * ph + i) * pw + j is also the input channel it reads.
+struct PsRoiElement {
+  std::int64_t roi = 0, input_channel = 0, out_channel = 0, bin_y = 0, bin_x = 0;
+};
+
+DETOPS_HD PsRoiElement ps_roi_element(std::int64_t flat, std::int64_t channels, std::int64_t pooled_height,
+                                      std::int64_t pooled_width) {
+  PsRoiElement e;
+  e.roi = flat / channels;
+  e.input_channel = flat - e.roi * channels;
+  e.bin_x = e.input_channel % pooled_width;
+  e.bin_y = (e.input_channel / pooled_width) % pooled_height;
+  e.out_channel = e.input_channel / (pooled_width * pooled_height);
+  return e;
+}
+
+// The roi's image when its batch index b satisfies 0 <= b < batch (truncated toward zero), else -1 (NaN
+// included).
+template <typename T, typename Acc>
+DETOPS_HD std::int64_t ps_roi_batch_index(const T* roi, std::int64_t batch) {
+  const Acc b = to_acc<Acc>(roi[0]);
+  return (b >= Acc(0) && b < static_cast<Acc>(batch)) ? static_cast<std::int64_t>(b) : -1;
+}
+
+// ps_roi_align
+
+template <typename Acc>
+struct PsRoiAlignGeometry {
+  std::int64_t batch = -1;  // -1 when the roi's batch index is NaN or outside [0, batch)
+  Acc start_y = 0, start_x = 0, bin_h = 0, bin_w = 0;
+  std::int64_t grid_h = 0, grid_w = 0;
+  Acc count = 1;  // max(grid_h * grid_w, 1): an empty bin averages to 0, never NaN
+};
+
+// min(ceil(v), kPsRoiAlignMaxSamplingGrid) for v > 0, else 0 (NaN and non-positive extents sample nothing).
+template <typename Acc>
+DETOPS_HD std::int64_t ps_roi_align_adaptive_grid(Acc v) {
+  if (!(v > Acc(0))) return 0;
+  if (!(v < static_cast<Acc>(kPsRoiAlignMaxSamplingGrid))) return kPsRoiAlignMaxSamplingGrid;
+  return static_cast<std::int64_t>(ceil(v));
+}
+
+template <typename T, typename Acc>
+DETOPS_HD PsRoiAlignGeometry<Acc> ps_roi_align_geometry(const PsRoiAlignParams& p, const T* roi, std::int64_t batch) {
+  PsRoiAlignGeometry<Acc> g;
+  g.batch = ps_roi_batch_index<T, Acc>(roi, batch);
+  const Acc scale = static_cast<Acc>(p.spatial_scale);
+  g.start_x = to_acc<Acc>(roi[1]) * scale - Acc(0.5);
+  g.start_y = to_acc<Acc>(roi[2]) * scale - Acc(0.5);
+  const Acc roi_w = (to_acc<Acc>(roi[3]) * scale - Acc(0.5)) - g.start_x;  // no minimum size, as torchvision
+  const Acc roi_h = (to_acc<Acc>(roi[4]) * scale - Acc(0.5)) - g.start_y;
+  g.bin_h = roi_h / static_cast<Acc>(p.pooled_height);
+  g.bin_w = roi_w / static_cast<Acc>(p.pooled_width);
+  g.grid_h = p.sampling_ratio > 0 ? p.sampling_ratio : ps_roi_align_adaptive_grid(g.bin_h);
+  g.grid_w = p.sampling_ratio > 0 ? p.sampling_ratio : ps_roi_align_adaptive_grid(g.bin_w);
+  const std::int64_t n = g.grid_h * g.grid_w;
+  g.count = static_cast<Acc>(n > 1 ? n : 1);
+  return g;
+}
+
+template <typename Acc>
+DETOPS_HD Acc ps_roi_align_sample_y(const PsRoiAlignGeometry<Acc>& g, std::int64_t i, std::int64_t iy) {
+  return g.start_y + static_cast<Acc>(i) * g.bin_h +
+         static_cast<Acc>(static_cast<Acc>(iy) + Acc(0.5)) * g.bin_h / static_cast<Acc>(g.grid_h);
+}
+
+template <typename Acc>
+DETOPS_HD Acc ps_roi_align_sample_x(const PsRoiAlignGeometry<Acc>& g, std::int64_t j, std::int64_t ix) {
+  return g.start_x + static_cast<Acc>(j) * g.bin_w +
+         static_cast<Acc>(static_cast<Acc>(ix) + Acc(0.5)) * g.bin_w / static_cast<Acc>(g.grid_w);
+}
+
+// Average of the bilinear samples of bin (i, j) over one H x W plane (the bin's own input channel).
+template <typename T, typename Acc>
+DETOPS_HD Acc ps_roi_align_bin_average(const PsRoiAlignGeometry<Acc>& g, const T* plane, std::int64_t height,
+                                       std::int64_t width, std::int64_t i, std::int64_t j) {
+  Acc sum = 0;
+  for (std::int64_t iy = 0; iy < g.grid_h; ++iy) {
+    const Acc y = ps_roi_align_sample_y(g, i, iy);
+    for (std::int64_t ix = 0; ix < g.grid_w; ++ix) {
+      const Acc x = ps_roi_align_sample_x(g, j, ix);
+      const BilinearTaps<Acc> t = bilinear_taps(y, x, height, width);
+      if (!t.valid) continue;
+      sum += t.w_ll * to_acc<Acc>(plane[t.y_low * width + t.x_low]) +
+             t.w_lh * to_acc<Acc>(plane[t.y_low * width + t.x_high]) +
+             t.w_hl * to_acc<Acc>(plane[t.y_high * width + t.x_low]) +
+             t.w_hh * to_acc<Acc>(plane[t.y_high * width + t.x_high]);
+    }
+  }
+  return sum / g.count;
+}
+
+// Scatters grad (the gradient of bin (i, j)) to its plane through add(flat_offset, value).
+template <typename Acc, typename AddFn>
+DETOPS_HD void ps_roi_align_bin_scatter(const PsRoiAlignGeometry<Acc>& g, Acc grad, std::int64_t height,
+                                        std::int64_t width, std::int64_t i, std::int64_t j, AddFn&& add) {
+  const Acc g_per_sample = grad / g.count;
+  for (std::int64_t iy = 0; iy < g.grid_h; ++iy) {
+    const Acc y = ps_roi_align_sample_y(g, i, iy);
+    for (std::int64_t ix = 0; ix < g.grid_w; ++ix) {
+      const Acc x = ps_roi_align_sample_x(g, j, ix);
+      const BilinearTaps<Acc> t = bilinear_taps(y, x, height, width);
+      if (!t.valid) continue;
+      add(t.y_low * width + t.x_low, g_per_sample * t.w_ll);
+      add(t.y_low * width + t.x_high, g_per_sample * t.w_lh);
+      add(t.y_high * width + t.x_low, g_per_sample * t.w_hl);
+      add(t.y_high * width + t.x_high, g_per_sample * t.w_hh);
+    }
+  }
+}
+
+// ps_roi_pool
+
+DETOPS_HD float round_half_away(float v) { return roundf(v); }
+DETOPS_HD double round_half_away(double v) { return round(v); }
+
+// round(v) as an integer after clamping v to [-kPsRoiPoolMaxCoordinate, kPsRoiPoolMaxCoordinate];
+// false for NaN.
+template <typename Acc>
+DETOPS_HD bool ps_roi_pool_coordinate(Acc v, std::int64_t& out) {
+  if (!(v == v)) return false;
+  const Acc limit = static_cast<Acc>(kPsRoiPoolMaxCoordinate);
+  if (v > limit) v = limit;
+  if (v < -limit) v = -limit;
+  out = static_cast<std::int64_t>(round_half_away(v));
+  return true;
+}
+
+struct PsRoiPoolGeometry {
+  std::int64_t batch = -1;  // -1 when the roi's batch index is NaN or outside [0, batch)
+  bool valid = false;       // false when a coordinate is NaN: every bin is empty
+  std::int64_t start_y = 0, start_x = 0, roi_h = 1, roi_w = 1;  // roi_h, roi_w >= 1
+};
+
+template <typename T, typename Acc>
+DETOPS_HD PsRoiPoolGeometry ps_roi_pool_geometry(const PsRoiPoolParams& p, const T* roi, std::int64_t batch) {
+  PsRoiPoolGeometry g;
+  g.batch = ps_roi_batch_index<T, Acc>(roi, batch);
+  const Acc scale = static_cast<Acc>(p.spatial_scale);
+  std::int64_t x1 = 0, y1 = 0, x2 = 0, y2 = 0;
+  const bool ok_x1 = ps_roi_pool_coordinate<Acc>(to_acc<Acc>(roi[1]) * scale, x1);
+  const bool ok_y1 = ps_roi_pool_coordinate<Acc>(to_acc<Acc>(roi[2]) * scale, y1);
+  const bool ok_x2 = ps_roi_pool_coordinate<Acc>(to_acc<Acc>(roi[3]) * scale, x2);
+  const bool ok_y2 = ps_roi_pool_coordinate<Acc>(to_acc<Acc>(roi[4]) * scale, y2);
+  g.valid = ok_x1 && ok_y1 && ok_x2 && ok_y2;
+  g.start_x = x1;
+  g.start_y = y1;
+  g.roi_w = x2 - x1 > 1 ? x2 - x1 : 1;  // a roi narrower than one pixel pools one column
+  g.roi_h = y2 - y1 > 1 ? y2 - y1 : 1;
+  return g;
+}
+
+// Pixels [begin, end) along one axis.
+struct PixelRange {
+  std::int64_t begin = 0, end = 0;
+};
+
+// Bin `bin` of `bins` over a roi of `size` >= 1 pixels starting at `origin`:
+// [origin + floor(bin * size / bins), origin + ceil((bin + 1) * size / bins)), in exact integer
+// arithmetic, clipped to [0, limit). No overflow: |origin| <= 2^30, size <= 2^31, bins < 2^31.
+DETOPS_HD PixelRange ps_roi_pool_bin_range(std::int64_t origin, std::int64_t size, std::int64_t bins,
+                                           std::int64_t bin, std::int64_t limit) {
+  std::int64_t begin = origin + (bin * size) / bins;
+  std::int64_t end = origin + ((bin + 1) * size + bins - 1) / bins;
+  begin = begin < 0 ? 0 : (begin > limit ? limit : begin);
+  end = end < 0 ? 0 : (end > limit ? limit : end);
+  return PixelRange{begin, end};
+}
+
+// The rows and columns bin (i, j) pools; empty (begin == end) when the roi is invalid.
+struct PsRoiPoolBin {
+  PixelRange rows, cols;
+  DETOPS_HD bool empty() const { return rows.end <= rows.begin || cols.end <= cols.begin; }
+  DETOPS_HD std::int64_t area() const { return (rows.end - rows.begin) * (cols.end - cols.begin); }
+};
+
+DETOPS_HD PsRoiPoolBin ps_roi_pool_bin(const PsRoiPoolParams& p, const PsRoiPoolGeometry& g, std::int64_t height,
+                                       std::int64_t width, std::int64_t i, std::int64_t j) {
+  PsRoiPoolBin b;
+  if (!g.valid) return b;
+  b.rows = ps_roi_pool_bin_range(g.start_y, g.roi_h, p.pooled_height, i, height);
+  b.cols = ps_roi_pool_bin_range(g.start_x, g.roi_w, p.pooled_width, j, width);
+  return b;
+}
+
+// Mean of the bin's pixels of one H x W plane; 0 for an empty bin.
+template <typename T, typename Acc>
+DETOPS_HD Acc ps_roi_pool_bin_average(const PsRoiPoolBin& b, const T* plane, std::int64_t width) {
+  if (b.empty()) return Acc(0);
+  Acc sum = 0;
+  for (std::int64_t y = b.rows.begin; y < b.rows.end; ++y) {
+    const T* row = plane + y * width;
+    for (std::int64_t x = b.cols.begin; x < b.cols.end; ++x) sum += to_acc<Acc>(row[x]);
+  }
+  return sum / static_cast<Acc>(b.area());
+}
+
+// Scatters grad / area to every pixel of the bin through add(flat_offset, value).
+template <typename Acc, typename AddFn>
+DETOPS_HD void ps_roi_pool_bin_scatter(const PsRoiPoolBin& b, Acc grad, std::int64_t width, AddFn&& add) {
+  if (b.empty()) return;
+  const Acc share = grad / static_cast<Acc>(b.area());
+  for (std::int64_t y = b.rows.begin; y < b.rows.end; ++y) {
+    for (std::int64_t x = b.cols.begin; x < b.cols.end; ++x) add(y * width + x, share);
+  }
+}
+
+}  // namespace detops

@@ -1,0 +1,488 @@
+// The op specs of ps_roi_align and ps_roi_pool: seeded cases (the OPS.md regression cases among them), how
+// to run each op and its reference, bad inputs, determinism and tolerances.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+
+#include "detops/harness/eigen_bridge.h"
+#include "detops/harness/op_spec.h"
+#include "detops/reference/ps_roi_reference.h"
+#include "ps_roi/ps_roi_torch.h"
+
+namespace detops {
+namespace {
+
+using harness::CaseData;
+using harness::Device;
+using harness::OpCase;
+using harness::OpSpec;
+using harness::Tensors;
+
+enum class RoiLayout {
+  kRandom,
+  kOutside,          // entirely beyond every edge
+  kPartlyOutside,    // crossing the top and left edges: some bins have no pixel / sample on the map
+  kDegenerate,       // x2 < x1, y2 < y1
+  kZeroSize,         // x2 == x1, y2 == y1
+  kSubPixel,         // 0.05 feature-map pixels wide and high
+  kNaN,              // one NaN coordinate in each of the first four rois
+  kInfinite,         // +-inf coordinates
+  kHuge,             // +-1e6..1e12 image pixels
+  kWholeMap,         // [0, 0, W, H] in image coordinates
+  kMapBorder,        // ps_roi_align: single samples exactly on y = -1, y = H, x = -1, x = W and just outside
+  kLastRowColumn,    // ps_roi_pool: rois ending on or past the map's last row and column
+  kRoundingTies,     // ps_roi_pool: scaled coordinates exactly at n + 0.5, positive and negative
+  kUnevenBins,       // ps_roi_pool: roi sizes where floating-point bin arithmetic is off by one pixel
+};
+enum class BatchLayout { kSpread, kAllInFirst, kFractional };
+
+struct PsRoiCaseConfig {
+  std::int64_t batch = 2, out_channels = 2, height = 12, width = 15, num_rois = 6;
+  double spatial_scale = 0.25;
+  std::int64_t pooled_height = 3, pooled_width = 3;
+  std::int64_t sampling_ratio = 0;  // ps_roi_align only
+  RoiLayout rois = RoiLayout::kRandom;
+  BatchLayout batches = BatchLayout::kSpread;
+  bool noncontiguous_input = false;
+  bool noncontiguous_rois = false;
+  bool stride0_grad = false;
+
+  std::int64_t in_channels() const { return out_channels * pooled_height * pooled_width; }
+  PsRoiAlignParams align_params() const { return {spatial_scale, pooled_height, pooled_width, sampling_ratio}; }
+  PsRoiPoolParams pool_params() const { return {spatial_scale, pooled_height, pooled_width}; }
+};
+
+// Rois in input-image coordinates (feature size / spatial_scale).
+at::Tensor make_rois(const PsRoiCaseConfig& cfg, at::Generator& gen) {
+  const double s = cfg.spatial_scale;
+  const double img_h = static_cast<double>(cfg.height) / s, img_w = static_cast<double>(cfg.width) / s;
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  const std::int64_t k = cfg.num_rois;
+  at::Tensor u = at::rand({k, 4}, gen, opts);
+  at::Tensor x1 = u.select(1, 0) * img_w * 0.8, y1 = u.select(1, 1) * img_h * 0.8;
+  at::Tensor x2 = x1 + 1 + u.select(1, 2) * img_w * 0.5, y2 = y1 + 1 + u.select(1, 3) * img_h * 0.5;
+  auto fill_rows = [&](const std::vector<std::array<double, 4>>& rows) {  // feature-map coordinates, cycled
+    x1 = at::empty({k}, opts);
+    y1 = at::empty({k}, opts);
+    x2 = at::empty({k}, opts);
+    y2 = at::empty({k}, opts);
+    for (std::int64_t i = 0; i < k; ++i) {
+      const auto& r = rows[static_cast<size_t>(i) % rows.size()];
+      x1[i] = r[0] / s;
+      y1[i] = r[1] / s;
+      x2[i] = r[2] / s;
+      y2[i] = r[3] / s;
+    }
+  };
+  const double h = static_cast<double>(cfg.height), w = static_cast<double>(cfg.width);
+  switch (cfg.rois) {
+    case RoiLayout::kRandom: break;
+    case RoiLayout::kOutside:
+      x1 = x1 - 3 * img_w;
+      x2 = x2 - 3 * img_w;
+      y1.slice(0, 0, k / 2).add_(4 * img_h);
+      y2.slice(0, 0, k / 2).add_(4 * img_h);
+      break;
+    case RoiLayout::kPartlyOutside:
+      x1 = x1 - 0.6 * img_w;
+      y1 = y1 - 0.6 * img_h;
+      break;
+    case RoiLayout::kDegenerate:
+      std::swap(x1, x2);
+      std::swap(y1, y2);
+      break;
+    case RoiLayout::kZeroSize:
+      x2 = x1.clone();
+      y2 = y1.clone();
+      break;
+    case RoiLayout::kSubPixel:
+      x2 = x1 + 0.05 / s;
+      y2 = y1 + 0.05 / s;
+      break;
+    case RoiLayout::kNaN: {
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      x1[0] = nan;
+      y2[1 % k] = nan;
+      x2[2 % k] = nan;
+      y1[3 % k] = nan;
+      break;
+    }
+    case RoiLayout::kInfinite: {
+      const double inf = std::numeric_limits<double>::infinity();
+      x1[0] = -inf;
+      y2[1 % k] = inf;
+      x2[2 % k] = inf;
+      y1[3 % k] = -inf;
+      x1[4 % k] = -inf;
+      x2[4 % k] = inf;
+      break;
+    }
+    case RoiLayout::kHuge:
+      fill_rows({{-1e6, -2e6, 1e6, 3e6}, {-1e12, 2, 5, 1e12}, {3, -1e9, 1e9, 7}, {-5e11, -5e11, -1e11, 5e11}});
+      break;
+    case RoiLayout::kWholeMap: fill_rows({{0, 0, w, h}}); break;
+    case RoiLayout::kMapBorder: {
+      // One sample per bin (sampling_ratio 1, 1x1 bins, scale 1): a roi [c, c + 1] samples at c + 0.5 - 0.5 = c,
+      // so these land exactly on y = -1, y = H, x = -1, x = W, just outside them, on (H-1, W-1) and (-0.5, -0.5).
+      const double centers[][2] = {{-1, 3}, {h, 3}, {3, -1}, {3, w}, {-1.001, 3}, {h + 0.001, 3}, {h - 1, w - 1}, {-0.5, -0.5}};
+      std::vector<std::array<double, 4>> rows;
+      for (const auto& c : centers) rows.push_back({c[1], c[0], c[1] + 1, c[0] + 1});
+      fill_rows(rows);
+      break;
+    }
+    case RoiLayout::kLastRowColumn:
+      fill_rows({{w - 3, h - 4, w, h}, {w - 1, h - 1, w, h}, {2, h - 2, w + 5, h + 3}, {w - 5, 1, w + 2, h}, {0, 0, w, h - 1}});
+      break;
+    case RoiLayout::kRoundingTies:  // n + 0.5 rounds away from zero: 2.5 -> 3, -1.5 -> -2, 0.5 -> 1, -0.5 -> -1
+      fill_rows({{2.5, 1.5, 7.5, 6.5}, {-1.5, -0.5, 4.5, 3.5}, {0.5, 2.5, 3.5, 8.5}, {5.5, -2.5, 12.5, 9.5}});
+      break;
+    case RoiLayout::kUnevenBins:  // widths / heights where torchvision's fp32 or fp64 bins are off by one pixel:
+      // 7 bins: 57 (fp32), 29, 58 (fp64); 11 bins: 29, 47, 58 (fp32), 25, 50, 61 (fp64); 13 bins: 7, 14, 28, 56
+      // (fp32), 27, 54, 57 (fp64)
+      fill_rows({{1, 2, 30, 59}, {3, 1, 61, 29}, {0, 0, 61, 54}, {2, 3, 49, 17},
+                 {4, 5, 54, 32}, {6, 1, 31, 57}, {5, 4, 62, 33}, {1, 1, 59, 8}});
+      break;
+  }
+  at::Tensor b;
+  switch (cfg.batches) {
+    case BatchLayout::kSpread: b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch)); break;
+    case BatchLayout::kAllInFirst: b = at::zeros({k}, opts); break;
+    case BatchLayout::kFractional:
+      b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch)) + 0.75;
+      b.clamp_max_(static_cast<double>(cfg.batch) - 0.25);
+      break;
+  }
+  return at::stack({b, x1, y1, x2, y2}, 1);
+}
+
+at::Tensor reference_mapping(const at::Tensor& rois, std::int64_t channels, std::int64_t ph, std::int64_t pw) {
+  return harness::from_tensor4d(reference::ps_roi_channel_mapping(rois.size(0), channels, ph, pw)).to(at::kInt);
+}
+
+// Everything two ps ops share: inputs, layouts, grad_output, magnitudes. `Op` supplies the params, the
+// op's entry points and the reference's.
+template <typename Op>
+CaseData make_case(const PsRoiCaseConfig& cfg, std::uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  CaseData d;
+  const std::array<std::int64_t, 4> shape{cfg.batch, cfg.in_channels(), cfg.height, cfg.width};
+  const at::Tensor input = at::rand({shape[0], shape[1], shape[2], shape[3]}, gen, at::TensorOptions().dtype(at::kDouble)) * 2 - 1;
+  d.inputs = {input, make_rois(cfg, gen)};
+  d.differentiable = {0};
+  const auto p = Op::params(cfg);
+  d.op_forward = [p, cfg](const Tensors& in) {
+    at::Tensor x = in[0], rois = in[1];
+    if (cfg.noncontiguous_input) x = x.transpose(2, 3).contiguous().transpose(2, 3);  // same values, W-major strides
+    if (cfg.noncontiguous_rois) rois = at::cat({rois, rois}, 1).slice(1, 0, 5);    // row stride 10
+    auto [out, mapping] = Op::forward(x, rois, p);
+    return Tensors{out, mapping};
+  };
+  d.op_backward = [p, shape](const Tensors& in, const Tensors& grad) {
+    const at::Tensor mapping = std::get<1>(Op::forward(in[0], in[1], p));  // as autograd hands it over
+    return Tensors{Op::backward(grad[0], in[1], mapping, p, shape)};
+  };
+  d.reference_forward = [p, shape](const Tensors& in) {
+    return Tensors{harness::from_tensor4d(Op::reference_forward(p, harness::to_tensor4d(in[0]), harness::to_matrix(in[1]))),
+                   reference_mapping(in[1], shape[1], p.pooled_height, p.pooled_width)};
+  };
+  d.reference_backward = [p, shape](const Tensors& in, const Tensors& grad) {
+    return Tensors{harness::from_tensor4d(Op::reference_backward(p, harness::to_tensor4d(grad[0]), harness::to_matrix(in[1]),
+                                                                 {shape[0], shape[1], shape[2], shape[3]}))};
+  };
+  // Every output (and grad_input) element is a sum with nonnegative weights (bilinear weights or 1/area),
+  // so the sum of |terms| is the same op applied to |input| (|grad_output|). channel_mapping is an
+  // integer output compared exactly: no magnitude.
+  d.reference_forward_magnitude = [fwd = d.reference_forward](const Tensors& in) {
+    return Tensors{fwd({in[0].abs(), in[1]})[0]};
+  };
+  d.reference_backward_magnitude = [bwd = d.reference_backward](const Tensors& in, const Tensors& grad) {
+    return bwd(in, {grad[0].abs()});
+  };
+  if (cfg.stride0_grad) {
+    // What `out.sum().backward()` hands the backward: one value expanded to the output's shape.
+    d.make_grad_output = [](const at::Tensor& out, std::uint64_t) { return at::ones({}, out.options()).expand(out.sizes()); };
+  }
+  return d;
+}
+
+struct AlignOp {
+  static PsRoiAlignParams params(const PsRoiCaseConfig& c) { return c.align_params(); }
+  static std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& r, const PsRoiAlignParams& p) {
+    return ps_roi_align_forward(x, r, p);
+  }
+  static at::Tensor backward(const at::Tensor& g, const at::Tensor& r, const at::Tensor& m, const PsRoiAlignParams& p,
+                             std::array<std::int64_t, 4> s) {
+    return ps_roi_align_backward(g, r, m, p, s);
+  }
+  static reference::Tensor4d reference_forward(const PsRoiAlignParams& p, const reference::Tensor4d& x,
+                                               const reference::Matrixd& r) {
+    return reference::ps_roi_align_forward(p, x, r);
+  }
+  static reference::Tensor4d reference_backward(const PsRoiAlignParams& p, const reference::Tensor4d& g,
+                                                const reference::Matrixd& r, const std::array<Eigen::Index, 4>& s) {
+    return reference::ps_roi_align_backward(p, g, r, s);
+  }
+};
+
+struct PoolOp {
+  static PsRoiPoolParams params(const PsRoiCaseConfig& c) { return c.pool_params(); }
+  static std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& r, const PsRoiPoolParams& p) {
+    return ps_roi_pool_forward(x, r, p);
+  }
+  static at::Tensor backward(const at::Tensor& g, const at::Tensor& r, const at::Tensor& m, const PsRoiPoolParams& p,
+                             std::array<std::int64_t, 4> s) {
+    return ps_roi_pool_backward(g, r, m, p, s);
+  }
+  static reference::Tensor4d reference_forward(const PsRoiPoolParams& p, const reference::Tensor4d& x,
+                                               const reference::Matrixd& r) {
+    return reference::ps_roi_pool_forward(p, x, r);
+  }
+  static reference::Tensor4d reference_backward(const PsRoiPoolParams& p, const reference::Tensor4d& g,
+                                                const reference::Matrixd& r, const std::array<Eigen::Index, 4>& s) {
+    return reference::ps_roi_pool_backward(p, g, r, s);
+  }
+};
+
+std::string scale_name(double scale) {
+  return scale >= 1 ? "s1" : "s" + std::to_string(static_cast<int>(std::lround(1.0 / scale)));
+}
+
+std::string pooled_name(std::int64_t ph, std::int64_t pw) { return std::to_string(ph) + "x" + std::to_string(pw); }
+
+template <typename Op>
+struct CaseList {
+  std::vector<OpCase> cases;
+  std::uint64_t seed;
+  void add(const std::string& name, const PsRoiCaseConfig& cfg) {
+    cases.push_back(OpCase{name, ++seed, [cfg](std::uint64_t s) { return make_case<Op>(cfg, s); }, {}});
+  }
+};
+
+const double kScales[] = {0.25, 0.125, 0.0625, 0.03125};
+
+// The cases both ops run (names without an op-specific parameter).
+template <typename Op>
+void add_common_cases(CaseList<Op>& l, const PsRoiCaseConfig& base) {
+  PsRoiCaseConfig c;
+  c = base; c.num_rois = 0; l.add("no_rois", c);
+  c = base; c.out_channels = 0; l.add("zero_channels", c);
+  c = base; c.rois = RoiLayout::kOutside; l.add("rois_outside_map", c);
+  c = base; c.rois = RoiLayout::kPartlyOutside; c.pooled_height = c.pooled_width = 7; l.add("rois_partly_outside_map_empty_bins", c);
+  c = base; c.rois = RoiLayout::kDegenerate; l.add("degenerate_rois", c);
+  c = base; c.rois = RoiLayout::kZeroSize; l.add("zero_size_rois", c);
+  c = base; c.rois = RoiLayout::kSubPixel; l.add("subpixel_rois", c);
+  c = base; c.rois = RoiLayout::kNaN; l.add("nan_coordinates", c);
+  c = base; c.rois = RoiLayout::kInfinite; l.add("infinite_coordinates", c);
+  // A fixed grid for ps_roi_align: an adaptive one is capped at 1024 x 1024 samples per bin (a case of its own).
+  c = base; c.rois = RoiLayout::kHuge; c.num_rois = 4; c.sampling_ratio = 2; l.add("huge_coordinates", c);
+  c = base; c.height = c.width = 1; c.spatial_scale = 0.0625; c.pooled_height = c.pooled_width = 7; l.add("feature_map_1x1", c);
+  c = base; c.height = c.width = 1; c.spatial_scale = 1.0; c.pooled_height = c.pooled_width = 2; l.add("feature_map_1x1_scale1", c);
+  c = base; c.noncontiguous_input = true; c.pooled_height = c.pooled_width = 7; l.add("noncontiguous_input", c);
+  c = base; c.noncontiguous_rois = true; l.add("noncontiguous_rois", c);
+  c = base; c.stride0_grad = true; c.pooled_height = c.pooled_width = 7; l.add("stride0_grad_output", c);
+  c = base; c.stride0_grad = true; c.noncontiguous_input = true; l.add("stride0_grad_noncontiguous_input", c);
+  // 1x1 bins keep the finite-difference checks (96 points x 2 forwards of 70,000 rois) affordable.
+  c = base; c.out_channels = 2; c.pooled_height = c.pooled_width = 1; c.height = 6; c.width = 7; c.num_rois = 70000;
+  l.add("more_than_65535_rois", c);
+  c = base; c.batch = 4; c.num_rois = 12; c.batches = BatchLayout::kAllInFirst; l.add("all_rois_in_first_image", c);
+  c = base; c.batch = 4; c.num_rois = 12; l.add("rois_spread_over_batch", c);
+  c = base; c.batch = 3; c.batches = BatchLayout::kFractional; l.add("fractional_batch_index_truncates", c);
+  c = base; c.rois = RoiLayout::kWholeMap; c.pooled_height = c.pooled_width = 7; l.add("roi_covers_whole_map", c);
+  c = base; c.out_channels = 8; c.height = 9; c.width = 11; l.add("many_output_channels", c);
+  // R-FCN's shape scaled down: x[2, 490, ...] = 10 * 7 * 7 channels becomes 2 * 7 * 7 = 98 on a 1/16 map.
+  c = base; c.out_channels = 2; c.pooled_height = c.pooled_width = 7; c.height = 38; c.width = 50; c.num_rois = 40;
+  c.spatial_scale = 0.0625; l.add("rfcn_shape_scaled_down", c);
+  c = base; c.pooled_height = 3; c.pooled_width = 5; c.spatial_scale = 0.5; l.add("rectangular_pooled_3x5_scale_half", c);
+  c = base; c.pooled_height = 7; c.pooled_width = 2; c.spatial_scale = 1.0; c.out_channels = 1; l.add("rectangular_pooled_7x2_scale1", c);
+}
+
+std::vector<OpCase> ps_roi_align_cases() {
+  CaseList<AlignOp> l{{}, 0x95A1'0000};
+  // The parameter grid: every sampling_ratio x pooled size x C_out, spatial_scale cycling 1/4..1/32.
+  int n = 0;
+  for (std::int64_t sr : {0, 1, 2}) {
+    for (std::int64_t ps : {1, 3, 7}) {
+      for (std::int64_t c_out : {1, 2}) {
+        PsRoiCaseConfig cfg;
+        cfg.spatial_scale = kScales[n++ % 4];
+        cfg.pooled_height = cfg.pooled_width = ps;
+        cfg.sampling_ratio = sr;
+        cfg.out_channels = c_out;
+        cfg.height = 10 + n % 5;
+        cfg.width = 13 + n % 7;
+        l.add("grid_sr" + std::to_string(sr) + "_" + pooled_name(ps, ps) + "_cout" + std::to_string(c_out) + "_" +
+                  scale_name(cfg.spatial_scale),
+              cfg);
+      }
+    }
+  }
+  PsRoiCaseConfig base;  // adaptive grid, 3x3, C_out 2, 1/4
+  add_common_cases(l, base);
+  PsRoiCaseConfig c;
+  c = base; c.sampling_ratio = 2; c.rois = RoiLayout::kOutside; l.add("rois_outside_map_fixed_sr", c);
+  c = base; c.sampling_ratio = 2; c.rois = RoiLayout::kDegenerate; l.add("degenerate_rois_fixed_sr", c);
+  c = base; c.sampling_ratio = 2; c.rois = RoiLayout::kZeroSize; l.add("zero_size_rois_fixed_sr", c);
+  c = base; c.sampling_ratio = 2; c.rois = RoiLayout::kNaN; l.add("nan_coordinates_fixed_sr", c);
+  c = base; c.sampling_ratio = 1; c.pooled_height = c.pooled_width = 1; c.spatial_scale = 1.0; c.rois = RoiLayout::kMapBorder;
+  c.num_rois = 8; l.add("samples_on_map_border", c);
+  c = base; c.sampling_ratio = 0; c.pooled_height = c.pooled_width = 1; c.spatial_scale = 1.0; c.rois = RoiLayout::kHuge;
+  c.out_channels = 1; c.num_rois = 1; c.height = 5; c.width = 6; l.add("huge_roi_adaptive_grid_capped", c);
+  c = base; c.sampling_ratio = 2; c.out_channels = 2; c.pooled_height = c.pooled_width = 7; c.height = 38; c.width = 50;
+  c.num_rois = 40; c.spatial_scale = 0.0625; l.add("rfcn_shape_scaled_down_sr2", c);
+  // Sample positions up to ~170 px: the fp32 coordinate arithmetic at realistic map sizes.
+  c = base; c.sampling_ratio = 2; c.out_channels = 1; c.pooled_height = c.pooled_width = 7; c.height = 100; c.width = 168;
+  c.batch = 1; c.num_rois = 24; c.spatial_scale = 0.125; l.add("fpn_p3_size_map", c);
+  return std::move(l.cases);
+}
+
+std::vector<OpCase> ps_roi_pool_cases() {
+  CaseList<PoolOp> l{{}, 0x95B0'0000};
+  // The parameter grid: pooled sizes x C_out, spatial_scale cycling 1/4..1/32.
+  int n = 0;
+  const std::int64_t sizes[][2] = {{1, 1}, {2, 2}, {3, 3}, {7, 7}, {3, 5}, {6, 4}};
+  for (const auto& ps : sizes) {
+    for (std::int64_t c_out : {1, 3}) {
+      PsRoiCaseConfig cfg;
+      cfg.spatial_scale = kScales[n++ % 4];
+      cfg.pooled_height = ps[0];
+      cfg.pooled_width = ps[1];
+      cfg.out_channels = c_out;
+      cfg.height = 10 + n % 5;
+      cfg.width = 13 + n % 7;
+      l.add("grid_" + pooled_name(ps[0], ps[1]) + "_cout" + std::to_string(c_out) + "_" + scale_name(cfg.spatial_scale), cfg);
+    }
+  }
+  PsRoiCaseConfig base;  // 3x3, C_out 2, 1/4
+  add_common_cases(l, base);
+  PsRoiCaseConfig c;
+  c = base; c.rois = RoiLayout::kLastRowColumn; c.spatial_scale = 1.0; c.num_rois = 5; l.add("rois_on_last_row_and_column", c);
+  c = base; c.rois = RoiLayout::kLastRowColumn; c.spatial_scale = 1.0; c.num_rois = 5; c.pooled_height = c.pooled_width = 1;
+  l.add("rois_on_last_row_and_column_1x1", c);
+  c = base; c.rois = RoiLayout::kRoundingTies; c.spatial_scale = 0.5; c.num_rois = 4; c.pooled_height = c.pooled_width = 2;
+  l.add("coordinate_rounding_ties", c);
+  c = base; c.rois = RoiLayout::kUnevenBins; c.spatial_scale = 1.0; c.num_rois = 8; c.out_channels = 1;
+  c.pooled_height = c.pooled_width = 7; c.height = c.width = 70; c.batch = 1; l.add("uneven_bins_7x7", c);
+  c = base; c.rois = RoiLayout::kUnevenBins; c.spatial_scale = 1.0; c.num_rois = 8; c.out_channels = 1;
+  c.pooled_height = 13; c.pooled_width = 11; c.height = c.width = 70; c.batch = 1; l.add("uneven_bins_13x11", c);
+  c = base; c.rois = RoiLayout::kSubPixel; c.pooled_height = c.pooled_width = 7; l.add("roi_smaller_than_bins", c);
+  c = base; c.out_channels = 1; c.pooled_height = c.pooled_width = 7; c.height = 100; c.width = 168; c.batch = 1;
+  c.num_rois = 24; c.spatial_scale = 0.125; l.add("fpn_p3_size_map", c);
+  return std::move(l.cases);
+}
+
+// Bad input: each call must raise an error naming the argument.
+template <typename Op, typename Params>
+std::vector<harness::BadInputCase> bad_inputs(const char* op, Params good, Params zero_ph, Params negative_pw,
+                                              Params zero_scale, std::vector<harness::BadInputCase> extra) {
+  auto f32 = [](const at::Device& d) { return at::TensorOptions().dtype(at::kFloat).device(d); };
+  auto good_input = [f32](const at::Device& d) { return at::rand({2, 8, 8, 8}, f32(d)); };  // 8 = 2 * (2 x 2)
+  auto good_rois = [f32](const at::Device& d) {
+    return at::tensor({0.0f, 1.0f, 1.0f, 5.0f, 6.0f, 1.0f, 0.0f, 0.0f, 4.0f, 4.0f}, f32(at::kCPU)).view({2, 5}).to(d);
+  };
+  auto mapping = [](const at::Device& d) { return at::zeros({2, 2, 2, 2}, at::TensorOptions().dtype(at::kInt).device(d)); };
+  const std::string name(op);
+  std::vector<harness::BadInputCase> bad = std::move(extra);
+  auto add = [&](std::string n, std::function<void(const at::Device&)> call, std::vector<std::string> words) {
+    bad.push_back({std::move(n), std::move(call), std::move(words)});
+  };
+  add("channels_not_multiple_of_bins", [=](const at::Device& d) { Op::forward(at::rand({2, 6, 8, 8}, f32(d)), good_rois(d), good); },
+      {name, "input channels (6)", "multiple of pooled_height * pooled_width", "= 4"});
+  add("rois_wrong_columns", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d).slice(1, 0, 4), good); },
+      {"rois", "[K, 5]"});
+  add("rois_1d", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d).view({-1}), good); }, {"rois", "[K, 5]"});
+  add("input_3d", [=](const at::Device& d) { Op::forward(good_input(d)[0], good_rois(d), good); }, {"input", "4-D"});
+  add("batch_index_out_of_range", [=](const at::Device& d) {
+        at::Tensor r = good_rois(d); r[1][0] = 2; Op::forward(good_input(d), r, good); }, {"rois[1, 0]", "[0, 2)"});
+  add("batch_index_negative", [=](const at::Device& d) {
+        at::Tensor r = good_rois(d); r[0][0] = -1; Op::forward(good_input(d), r, good); }, {"rois[0, 0]", "[0, 2)"});
+  add("batch_index_nan", [=](const at::Device& d) {
+        at::Tensor r = good_rois(d); r[1][0] = NAN; Op::forward(good_input(d), r, good); }, {"rois[1, 0]", "batch index"});
+  add("backward_batch_index_out_of_range", [=](const at::Device& d) {
+        at::Tensor r = good_rois(d); r[0][0] = 7;
+        Op::backward(at::ones({2, 2, 2, 2}, f32(d)), r, mapping(d), good, {2, 8, 8, 8}); }, {"rois[0, 0]", "[0, 2)"});
+  add("rois_dtype_mismatch", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d).to(at::kDouble), good); },
+      {"rois dtype", "input dtype"});
+  add("integer_input", [=](const at::Device& d) { Op::forward(good_input(d).to(at::kInt), good_rois(d).to(at::kInt), good); },
+      {"input", "float64, float32, float16 or bfloat16"});
+  add("rois_on_other_device", [=](const at::Device& d) {
+        Op::forward(good_input(d), d.is_cpu() ? good_rois(d).to(at::kMeta) : good_rois(at::kCPU), good); },
+      {"input and rois", "same device"});
+  add("pooled_height_zero", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d), zero_ph); },
+      {"pooled_height", "positive"});
+  add("pooled_width_negative", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d), negative_pw); },
+      {"pooled_width", "positive"});
+  add("spatial_scale_zero", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d), zero_scale); },
+      {"spatial_scale"});
+  add("empty_feature_map_with_rois", [=](const at::Device& d) { Op::forward(at::rand({2, 8, 0, 8}, f32(d)), good_rois(d), good); },
+      {"height and width"});
+  add("backward_grad_wrong_shape", [=](const at::Device& d) {
+        Op::backward(at::ones({2, 2, 3, 2}, f32(d)), good_rois(d), mapping(d), good, {2, 8, 8, 8}); }, {"grad", "[2, 2, 2, 2]"});
+  add("backward_channels_not_multiple_of_bins", [=](const at::Device& d) {
+        Op::backward(at::ones({2, 2, 2, 2}, f32(d)), good_rois(d), mapping(d), good, {2, 9, 8, 8}); },
+      {"input channels (9)", "multiple of pooled_height * pooled_width"});
+  add("backward_channel_mapping_wrong_dtype", [=](const at::Device& d) {
+        Op::backward(at::ones({2, 2, 2, 2}, f32(d)), good_rois(d), mapping(d).to(at::kLong), good, {2, 8, 8, 8}); },
+      {"channel_mapping", "int32"});
+  add("backward_channel_mapping_wrong_shape", [=](const at::Device& d) {
+        Op::backward(at::ones({2, 2, 2, 2}, f32(d)), good_rois(d), mapping(d).view({2, 2, 4}), good, {2, 8, 8, 8}); },
+      {"channel_mapping", "[2, 2, 2, 2]"});
+  add("backward_channel_mapping_on_other_device", [=](const at::Device& d) {
+        Op::backward(at::ones({2, 2, 2, 2}, f32(d)), good_rois(d), d.is_cpu() ? mapping(d).to(at::kMeta) : mapping(at::kCPU),
+                     good, {2, 8, 8, 8}); },
+      {"grad and channel_mapping", "same device"});
+  return bad;
+}
+
+// A valid call after a bad one: a constant map pools to the constant; channel_mapping is 0..3.
+template <typename Op, typename Params>
+std::function<void(const at::Device&)> valid_call(const char* op, Params p) {
+  return [op, p](const at::Device& d) {
+    const auto opts = at::TensorOptions().dtype(at::kFloat).device(d);
+    const at::Tensor x = at::ones({1, 4, 4, 4}, opts);
+    const at::Tensor rois = at::tensor({0.0f, 0.0f, 0.0f, 3.0f, 3.0f}, opts.device(at::kCPU)).view({1, 5}).to(d);
+    auto [out, mapping] = Op::forward(x, rois, p);
+    TORCH_CHECK(at::allclose(out.cpu(), at::ones({1, 1, 2, 2})), op, ": a valid call after the bad one returned wrong values");
+    TORCH_CHECK(at::equal(mapping.cpu(), at::arange(4, at::kInt).view({1, 1, 2, 2})), op,
+                ": a valid call after the bad one returned a wrong channel_mapping");
+  };
+}
+
+const char* const kDeterminismNote =
+    "CUDA backward scatters with atomicAdd, so the summation order (and the last bits of grad_input) can vary "
+    "between runs; the forward and the CPU backward are deterministic.";
+
+OpSpec ps_roi_align_spec() {
+  OpSpec spec;
+  spec.name = "ps_roi_align";
+  spec.cases = ps_roi_align_cases();
+  std::vector<harness::BadInputCase> extra;
+  extra.push_back({"sampling_ratio_too_large", [](const at::Device& d) {
+                     ps_roi_align_forward(at::rand({1, 4, 8, 8}, at::TensorOptions().device(d)),
+                                          at::zeros({1, 5}, at::TensorOptions().device(d)),
+                                          {1.0, 2, 2, kPsRoiAlignMaxSamplingGrid + 1});
+                   }, {"sampling_ratio", "1024"}});
+  spec.bad_inputs = bad_inputs<AlignOp, PsRoiAlignParams>("ps_roi_align", {1.0, 2, 2, 2}, {1.0, 0, 2, 2}, {1.0, 2, -3, 2},
+                                                          {0.0, 2, 2, 2}, std::move(extra));
+  spec.valid_call = valid_call<AlignOp, PsRoiAlignParams>("ps_roi_align", {1.0, 2, 2, 2});
+  spec.determinism.note = kDeterminismNote;
+  return spec;
+}
+
+OpSpec ps_roi_pool_spec() {
+  OpSpec spec;
+  spec.name = "ps_roi_pool";
+  spec.cases = ps_roi_pool_cases();
+  spec.bad_inputs = bad_inputs<PoolOp, PsRoiPoolParams>("ps_roi_pool", {1.0, 2, 2}, {1.0, 0, 2}, {1.0, 2, -3},
+                                                        {0.0, 2, 2}, {});
+  spec.valid_call = valid_call<PoolOp, PsRoiPoolParams>("ps_roi_pool", {1.0, 2, 2});
+  spec.determinism.note = kDeterminismNote;
+  return spec;
+}
+
+DETOPS_REGISTER_OP_SPEC(ps_roi_align_spec);
+DETOPS_REGISTER_OP_SPEC(ps_roi_pool_spec);
+
+}  // namespace
+}  // namespace detops
