@@ -85,9 +85,13 @@ template <typename T, typename Acc>
 DETOPS_HD RoiPoolMax<Acc> roi_pool_bin_max(const RoiPoolBin& b, const T* plane, std::int64_t width) {
   RoiPoolMax<Acc> m;
   if (b.empty()) return m;
-  for (std::int64_t h = b.hstart; h < b.hend; ++h) {
-    for (std::int64_t w = b.wstart; w < b.wend; ++w) {
-      const std::int64_t i = h * width + w;
+  // The binding limits a plane to < 2^31 elements (argmax is int32, as in torchvision), so the scan,
+  // the hot loop, runs in 32-bit arithmetic.
+  const int w0 = static_cast<int>(b.wstart), w1 = static_cast<int>(b.wend), stride = static_cast<int>(width);
+  for (int h = static_cast<int>(b.hstart); h < static_cast<int>(b.hend); ++h) {
+    const int row = h * stride;
+    for (int w = w0; w < w1; ++w) {
+      const int i = row + w;
       const Acc v = to_acc<Acc>(load_readonly(plane + i));
       if (m.index < 0 ? v == v : v > m.value) {
         m.value = v;
