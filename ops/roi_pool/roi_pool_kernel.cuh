@@ -5,6 +5,7 @@
 // bin edges are bit-identical to torchvision's.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "common/macros.h"
 #include "common/numeric.h"
@@ -86,25 +87,41 @@ DETOPS_HD RoiPoolMax<Acc> roi_pool_bin_max(const RoiPoolBin& b, const T* plane, 
   RoiPoolMax<Acc> m;
   if (b.empty()) return m;
   // The binding limits a plane to < 2^31 elements (argmax is int32, as in torchvision), so the scan,
-  // the hot loop, runs in 32-bit arithmetic.
+  // the hot loop, runs in 32-bit arithmetic with one comparison per element.
+  const int h0 = static_cast<int>(b.hstart), h1 = static_cast<int>(b.hend);
   const int w0 = static_cast<int>(b.wstart), w1 = static_cast<int>(b.wend), stride = static_cast<int>(width);
-  for (int h = static_cast<int>(b.hstart); h < static_cast<int>(b.hend); ++h) {
+  Acc best = -std::numeric_limits<Acc>::infinity();
+  int best_i = -1;
+  for (int h = h0; h < h1; ++h) {
     const int row = h * stride;
     for (int w = w0; w < w1; ++w) {
-      const int i = row + w;
-      const Acc v = to_acc<Acc>(load_readonly(plane + i));
-      if (m.index < 0 ? v == v : v > m.value) {
-        m.value = v;
-        m.index = i;
+      const Acc v = to_acc<Acc>(load_readonly(plane + row + w));
+      if (v > best) {  // strict: ties keep the first maximum; NaN never wins
+        best = v;
+        best_i = row + w;
       }
     }
   }
-  if (m.index < 0) m.value = to_acc<Acc>(load_readonly(plane + b.hstart * width + b.wstart));  // a NaN
+  if (best_i < 0) {
+    // Nothing above -inf: the bin holds only -inf and NaN. The first -inf is the maximum; a bin of NaN
+    // alone has none (argmax -1) and reports its first element, a NaN.
+    best = to_acc<Acc>(load_readonly(plane + h0 * stride + w0));
+    for (int h = h0; h < h1 && best_i < 0; ++h) {
+      for (int w = w0; w < w1; ++w) {
+        const Acc v = to_acc<Acc>(load_readonly(plane + h * stride + w));
+        if (v == v) {
+          best = v;
+          best_i = h * stride + w;
+          break;
+        }
+      }
+    }
+  }
+  m.value = best;
+  m.index = best_i;
   return m;
 }
 
-// Whether a stored argmax addresses an element of an H x W plane: -1 (no element) is not an error;
-// anything else outside [0, plane_elements) is.
 enum class RoiPoolArgmaxKind { kNone, kElement, kInvalid };
 
 DETOPS_HD RoiPoolArgmaxKind roi_pool_argmax_kind(std::int32_t argmax, std::int64_t plane_elements) {
