@@ -10,8 +10,12 @@
 
 namespace detops {
 
-// boxes1 [n, 4] and boxes2 [m, 4] contiguous, (x1, y1, x2, y2), one dtype; out [n, m] contiguous of
-// that dtype.
+// Outputs (and the losses' incoming gradients) are in the accumulation type of the boxes' dtype: double
+// for fp64, float for fp32, fp16 and bf16 (torchvision's ops also return float32 for half-precision boxes).
+// Gradients with respect to the boxes are in the boxes' dtype.
+
+// boxes1 [n, 4] and boxes2 [m, 4] contiguous, (x1, y1, x2, y2), one dtype; out [n, m] contiguous, in the
+// accumulation type.
 struct BoxIouPairwiseArgs {
   std::int64_t n = 0, m = 0;
   const void* boxes1 = nullptr;
@@ -19,9 +23,8 @@ struct BoxIouPairwiseArgs {
   void* out = nullptr;
 };
 
-// boxes1, boxes2 [n, 4] contiguous, one dtype. loss [n] contiguous: the per-pair losses before any
-// reduction, in the boxes' dtype, or in the accumulation type (double for fp64, float otherwise) when
-// loss_in_acc_type is set (the framework layer then sums them).
+// boxes1, boxes2 [n, 4] contiguous, one dtype. loss [n] contiguous, in the accumulation type: the per-pair
+// losses before any reduction (the framework layer sums them for 'mean' and 'sum').
 struct BoxIouLossForwardArgs {
   std::int64_t n = 0;
   const void* boxes1 = nullptr;
@@ -32,12 +35,11 @@ struct BoxIouLossForwardArgs {
   const void* alpha_boxes1 = nullptr;
   const void* alpha_boxes2 = nullptr;
   void* loss = nullptr;
-  bool loss_in_acc_type = false;
 };
 
-// grad: the upstream gradient of pair i is grad[i * grad_stride] * grad_scale (grad_stride 0 for the
-// scalar of a 'mean' or 'sum' reduction, grad_scale 1/n for 'mean'). grad_boxes1, grad_boxes2 [n, 4]
-// contiguous, in the boxes' dtype.
+// grad (accumulation type): the upstream gradient of pair i is grad[i * grad_stride] * grad_scale
+// (grad_stride 0 for the scalar of a 'mean' or 'sum' reduction, grad_scale 1/n for 'mean').
+// grad_boxes1, grad_boxes2 [n, 4] contiguous, in the boxes' dtype.
 struct BoxIouLossBackwardArgs {
   std::int64_t n = 0;
   const void* grad = nullptr;

@@ -16,16 +16,16 @@ void run_box_iou_pairwise_cpu(const BoxIouParams& params, const BoxIouPairwiseAr
       using Acc = acc_t<T>;
       const T* boxes1 = static_cast<const T*>(args.boxes1);
       const T* boxes2 = static_cast<const T*>(args.boxes2);
-      T* out = static_cast<T*>(args.out);
+      Acc* out = static_cast<Acc*>(args.out);
       const Acc eps = static_cast<Acc>(params.eps);
       std::vector<BoxGeometry<Acc>> cols(static_cast<size_t>(args.m));
       for (std::int64_t j = 0; j < args.m; ++j) cols[static_cast<size_t>(j)] = box_geometry<V, T, Acc>(boxes2 + j * 4);
       parallel_for(0, args.n, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) {
           const BoxGeometry<Acc> row = box_geometry<V, T, Acc>(boxes1 + i * 4);
-          T* out_row = out + i * args.m;
+          Acc* out_row = out + i * args.m;
           for (std::int64_t j = 0; j < args.m; ++j) {
-            out_row[j] = from_acc<T>(box_iou_pairwise_value<V, Acc>(row, cols[static_cast<size_t>(j)], eps));
+            out_row[j] = box_iou_pairwise_value<V, Acc>(row, cols[static_cast<size_t>(j)], eps);
           }
         }
       });
@@ -45,18 +45,14 @@ void run_box_iou_loss_forward_cpu(const BoxIouLossParams& params, const BoxIouLo
       const T* b2 = static_cast<const T*>(args.boxes2);
       const T* a1 = static_cast<const T*>(args.alpha_boxes1);
       const T* a2 = static_cast<const T*>(args.alpha_boxes2);
+      Acc* loss = static_cast<Acc*>(args.loss);
       parallel_for(0, args.n, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) {
           const BoxCoords<Acc> a = load_box<T, Acc>(b1 + i * 4);
           const BoxCoords<Acc> b = load_box<T, Acc>(b2 + i * 4);
           const BoxCoords<Acc> a0 = a1 != nullptr ? load_box<T, Acc>(a1 + i * 4) : a;
           const BoxCoords<Acc> b0 = a2 != nullptr ? load_box<T, Acc>(a2 + i * 4) : b;
-          const Acc loss = box_iou_loss_value<V, Acc>(params, a, b, a0, b0);
-          if (args.loss_in_acc_type) {
-            static_cast<Acc*>(args.loss)[i] = loss;
-          } else {
-            static_cast<T*>(args.loss)[i] = from_acc<T>(loss);
-          }
+          loss[i] = box_iou_loss_value<V, Acc>(params, a, b, a0, b0);
         }
       });
     });
@@ -71,7 +67,7 @@ void run_box_iou_loss_backward_cpu(const BoxIouLossParams& params, const BoxIouL
     dispatch_floating(dtype, "box_iou_loss_backward_cpu", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using Acc = acc_t<T>;
-      const T* grad = static_cast<const T*>(args.grad);
+      const Acc* grad = static_cast<const Acc*>(args.grad);
       const T* b1 = static_cast<const T*>(args.boxes1);
       const T* b2 = static_cast<const T*>(args.boxes2);
       T* g1 = static_cast<T*>(args.grad_boxes1);
@@ -79,7 +75,7 @@ void run_box_iou_loss_backward_cpu(const BoxIouLossParams& params, const BoxIouL
       const Acc scale = static_cast<Acc>(args.grad_scale);
       parallel_for(0, args.n, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) {
-          const Acc g = to_acc<Acc>(grad[i * args.grad_stride]) * scale;
+          const Acc g = grad[i * args.grad_stride] * scale;
           const BoxPairGrad<Acc> d =
               box_iou_loss_grad<V, Acc>(params, load_box<T, Acc>(b1 + i * 4), load_box<T, Acc>(b2 + i * 4), g);
           for (int k = 0; k < 4; ++k) {

@@ -3,7 +3,7 @@
 // (coordinates, area, CIoU angle) into shared memory, each thread computes 4 x 4 outputs, and a warp
 // writes 32 consecutive elements of an output row at a time. Tiles are walked with grid-stride loops in
 // both dimensions and every index is 64-bit, so any N x M is covered.
-// Losses: one thread per pair, grid-stride, fp32 math for the half types.
+// Losses: one thread per pair, grid-stride. fp32 math for the half types; outputs in the accumulation type.
 #include <string>
 
 #include "box_iou/box_iou_kernel.cuh"
@@ -29,7 +29,7 @@ static_assert(kBlockX * kBlockY >= kTileRows + kTileCols, "one thread per staged
 template <BoxIouVariant V, typename T>
 __global__ void __launch_bounds__(kBlockX * kBlockY)
     box_iou_pairwise_kernel(BoxIouParams p, std::int64_t n, std::int64_t m, const T* __restrict__ boxes1,
-                            const T* __restrict__ boxes2, T* __restrict__ out) {
+                            const T* __restrict__ boxes2, acc_t<T>* __restrict__ out) {
   using Acc = acc_t<T>;
   __shared__ BoxGeometry<Acc> rows[kTileRows];
   __shared__ BoxGeometry<Acc> cols[kTileCols];
@@ -56,22 +56,22 @@ __global__ void __launch_bounds__(kBlockX * kBlockY)
         const int lr = static_cast<int>(threadIdx.y) + r * kBlockY;
         const std::int64_t i = row0 + lr;
         if (i >= n) break;
-        T* out_row = out + i * m;
+        Acc* out_row = out + i * m;
 #pragma unroll
         for (int k = 0; k < kColsPerThread; ++k) {
           const int lc = static_cast<int>(threadIdx.x) + k * kBlockX;
           const std::int64_t j = col0 + lc;
-          if (j < m) out_row[j] = from_acc<T>(box_iou_pairwise_value<V, Acc>(rows[lr], cols[lc], eps));
+          if (j < m) out_row[j] = box_iou_pairwise_value<V, Acc>(rows[lr], cols[lc], eps);
         }
       }
     }
   }
 }
 
-template <BoxIouVariant V, typename T, typename Out>
+template <BoxIouVariant V, typename T>
 __global__ void box_iou_loss_forward_kernel(BoxIouLossParams p, std::int64_t n, const T* __restrict__ boxes1,
                                             const T* __restrict__ boxes2, const T* __restrict__ alpha_boxes1,
-                                            const T* __restrict__ alpha_boxes2, Out* __restrict__ loss) {
+                                            const T* __restrict__ alpha_boxes2, acc_t<T>* __restrict__ loss) {
   using Acc = acc_t<T>;
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -79,19 +79,19 @@ __global__ void box_iou_loss_forward_kernel(BoxIouLossParams p, std::int64_t n, 
     const BoxCoords<Acc> b = load_box<T, Acc>(boxes2 + i * 4);
     const BoxCoords<Acc> a0 = alpha_boxes1 != nullptr ? load_box<T, Acc>(alpha_boxes1 + i * 4) : a;
     const BoxCoords<Acc> b0 = alpha_boxes2 != nullptr ? load_box<T, Acc>(alpha_boxes2 + i * 4) : b;
-    loss[i] = from_acc<Out>(box_iou_loss_value<V, Acc>(p, a, b, a0, b0));
+    loss[i] = box_iou_loss_value<V, Acc>(p, a, b, a0, b0);
   }
 }
 
 template <BoxIouVariant V, typename T>
-__global__ void box_iou_loss_backward_kernel(BoxIouLossParams p, std::int64_t n, const T* __restrict__ grad,
+__global__ void box_iou_loss_backward_kernel(BoxIouLossParams p, std::int64_t n, const acc_t<T>* __restrict__ grad,
                                              std::int64_t grad_stride, acc_t<T> grad_scale,
                                              const T* __restrict__ boxes1, const T* __restrict__ boxes2,
                                              T* __restrict__ grad_boxes1, T* __restrict__ grad_boxes2) {
   using Acc = acc_t<T>;
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const Acc g = to_acc<Acc>(grad[i * grad_stride]) * grad_scale;
+    const Acc g = grad[i * grad_stride] * grad_scale;
     const BoxPairGrad<Acc> d =
         box_iou_loss_grad<V, Acc>(p, load_box<T, Acc>(boxes1 + i * 4), load_box<T, Acc>(boxes2 + i * 4), g);
 #pragma unroll
@@ -114,33 +114,29 @@ const char* variant_name(BoxIouVariant v) {
 
 // register_kernel copies the names.
 template <BoxIouVariant V, typename T>
-void register_variant_kernels(const char* type_name, const char* acc_name) {
+void register_variant_kernels(const char* type_name) {
   const std::string args = std::string("<") + variant_name(V) + ", " + type_name;
   register_kernel(box_iou_pairwise_op_name(V), ("box_iou_pairwise_kernel" + args + ">").c_str(),
                   reinterpret_cast<const void*>(&box_iou_pairwise_kernel<V, T>));
-  register_kernel(box_iou_loss_op_name(V), ("box_iou_loss_forward_kernel" + args + ", " + type_name + ">").c_str(),
-                  reinterpret_cast<const void*>(&box_iou_loss_forward_kernel<V, T, T>));
-  if constexpr (!std::is_same_v<acc_t<T>, T>) {
-    register_kernel(box_iou_loss_op_name(V), ("box_iou_loss_forward_kernel" + args + ", " + acc_name + ">").c_str(),
-                    reinterpret_cast<const void*>(&box_iou_loss_forward_kernel<V, T, acc_t<T>>));
-  }
+  register_kernel(box_iou_loss_op_name(V), ("box_iou_loss_forward_kernel" + args + ">").c_str(),
+                  reinterpret_cast<const void*>(&box_iou_loss_forward_kernel<V, T>));
   register_kernel(box_iou_loss_op_name(V), ("box_iou_loss_backward_kernel" + args + ">").c_str(),
                   reinterpret_cast<const void*>(&box_iou_loss_backward_kernel<V, T>));
 }
 
 template <typename T>
-void register_type_kernels(const char* type_name, const char* acc_name) {
-  register_variant_kernels<BoxIouVariant::kIoU, T>(type_name, acc_name);
-  register_variant_kernels<BoxIouVariant::kGIoU, T>(type_name, acc_name);
-  register_variant_kernels<BoxIouVariant::kDIoU, T>(type_name, acc_name);
-  register_variant_kernels<BoxIouVariant::kCIoU, T>(type_name, acc_name);
+void register_type_kernels(const char* type_name) {
+  register_variant_kernels<BoxIouVariant::kIoU, T>(type_name);
+  register_variant_kernels<BoxIouVariant::kGIoU, T>(type_name);
+  register_variant_kernels<BoxIouVariant::kDIoU, T>(type_name);
+  register_variant_kernels<BoxIouVariant::kCIoU, T>(type_name);
 }
 
 const bool kRegistered = [] {
-  register_type_kernels<double>("double", "double");
-  register_type_kernels<float>("float", "float");
-  register_type_kernels<__half>("half", "float");
-  register_type_kernels<__nv_bfloat16>("bfloat16", "float");
+  register_type_kernels<double>("double");
+  register_type_kernels<float>("float");
+  register_type_kernels<__half>("half");
+  register_type_kernels<__nv_bfloat16>("bfloat16");
   return true;
 }();
 
@@ -162,7 +158,7 @@ void launch_box_iou_pairwise(const BoxIouParams& params, const BoxIouPairwiseArg
       box_iou_pairwise_kernel<V, T><<<grid, block, 0, stream>>>(params, args.n, args.m,
                                                                 static_cast<const T*>(args.boxes1),
                                                                 static_cast<const T*>(args.boxes2),
-                                                                static_cast<T*>(args.out));
+                                                                static_cast<acc_t<T>*>(args.out));
     });
   });
   DETOPS_CHECK_LAUNCH();
@@ -180,13 +176,8 @@ void launch_box_iou_loss_forward(const BoxIouLossParams& params, const BoxIouLos
       const T* b2 = static_cast<const T*>(args.boxes2);
       const T* a1 = static_cast<const T*>(args.alpha_boxes1);
       const T* a2 = static_cast<const T*>(args.alpha_boxes2);
-      if (args.loss_in_acc_type) {
-        box_iou_loss_forward_kernel<V, T, acc_t<T>><<<blocks, kLossThreads, 0, stream>>>(
-            params, args.n, b1, b2, a1, a2, static_cast<acc_t<T>*>(args.loss));
-      } else {
-        box_iou_loss_forward_kernel<V, T, T><<<blocks, kLossThreads, 0, stream>>>(params, args.n, b1, b2, a1, a2,
-                                                                                  static_cast<T*>(args.loss));
-      }
+      box_iou_loss_forward_kernel<V, T><<<blocks, kLossThreads, 0, stream>>>(params, args.n, b1, b2, a1, a2,
+                                                                             static_cast<acc_t<T>*>(args.loss));
     });
   });
   DETOPS_CHECK_LAUNCH();
@@ -201,7 +192,7 @@ void launch_box_iou_loss_backward(const BoxIouLossParams& params, const BoxIouLo
     dispatch_floating(dtype, "box_iou_loss_backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
       box_iou_loss_backward_kernel<V, T><<<blocks, kLossThreads, 0, stream>>>(
-          params, args.n, static_cast<const T*>(args.grad), args.grad_stride,
+          params, args.n, static_cast<const acc_t<T>*>(args.grad), args.grad_stride,
           static_cast<acc_t<T>>(args.grad_scale), static_cast<const T*>(args.boxes1),
           static_cast<const T*>(args.boxes2), static_cast<T*>(args.grad_boxes1), static_cast<T*>(args.grad_boxes2));
     });

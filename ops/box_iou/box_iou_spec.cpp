@@ -647,8 +647,9 @@ std::vector<BadInputCase> loss_bad_inputs(BoxIouVariant v) {
   add_bad(bad, "backward_grad_not_scalar_for_mean", [=](const at::Device& d) {
         box_iou_loss_backward(at::ones({2}, f32_on(d)), good_boxes(d, 2), good_boxes(d, 2), mean); }, {"grad", "0-d", "'mean'"});
   add_bad(bad, "backward_grad_dtype_mismatch", [=](const at::Device& d) {
-        box_iou_loss_backward(at::ones({2}, f32_on(d).dtype(at::kDouble)), good_boxes(d, 2), good_boxes(d, 2), p); },
-          {"grad dtype", "boxes1 dtype"});
+        box_iou_loss_backward(at::ones({2}, f32_on(d).dtype(at::kHalf)), good_boxes(d, 2).to(at::kHalf),
+                              good_boxes(d, 2).to(at::kHalf), p); },
+          {"grad dtype", "Half", "must be the loss's dtype, Float"});
   return bad;
 }
 

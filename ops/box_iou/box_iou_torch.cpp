@@ -46,6 +46,12 @@ void check_same_count(const char* op, const at::Tensor& boxes1, const at::Tensor
 
 cudaStream_t current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
+// The dtype of every output: the accumulation type (float64 for float64 boxes, float32 otherwise), as
+// torchvision's ops upcast half-precision boxes and return float32.
+at::TensorOptions output_options(const at::Tensor& boxes) {
+  return boxes.options().dtype(accumulation_scalar_type(boxes.scalar_type()));
+}
+
 at::Tensor loss_forward_impl(const at::Tensor& boxes1, const at::Tensor& boxes2, const at::Tensor& alpha_boxes1,
                              const at::Tensor& alpha_boxes2, const BoxIouLossParams& params) {
   const char* op = box_iou_loss_op_name(params.variant);
@@ -55,9 +61,8 @@ at::Tensor loss_forward_impl(const at::Tensor& boxes1, const at::Tensor& boxes2,
   const std::int64_t n = boxes1.size(0);
   const bool reduce = params.reduction != LossReduction::kNone;
   const at::Tensor b1 = boxes1.contiguous(), b2 = boxes2.contiguous();
-  const at::Tensor losses =
-      at::empty({n}, reduce ? boxes1.options().dtype(accumulation_scalar_type(boxes1.scalar_type())) : boxes1.options());
-  BoxIouLossForwardArgs args{n, b1.data_ptr(), b2.data_ptr(), nullptr, nullptr, losses.data_ptr(), reduce};
+  const at::Tensor losses = at::empty({n}, output_options(boxes1));
+  BoxIouLossForwardArgs args{n, b1.data_ptr(), b2.data_ptr(), nullptr, nullptr, losses.data_ptr()};
   at::Tensor a1, a2;
   if (alpha_boxes1.defined()) {
     TORCH_CHECK_VALUE(alpha_boxes1.sizes() == boxes1.sizes() && alpha_boxes2.sizes() == boxes1.sizes(), op,
@@ -83,7 +88,7 @@ at::Tensor loss_forward_impl(const at::Tensor& boxes1, const at::Tensor& boxes2,
   c10::OptionalDeviceGuard guard(boxes1.device());
   at::Tensor total = losses.sum();  // an empty sum is 0, so the mean of no pairs is 0 (as torchvision)
   if (params.reduction == LossReduction::kMean && n > 0) total = total.div(static_cast<double>(n));
-  return total.to(boxes1.scalar_type());
+  return total;
 }
 
 }  // namespace
@@ -134,7 +139,7 @@ at::Tensor box_iou_pairwise(const at::Tensor& boxes1, const at::Tensor& boxes2, 
   const DType dtype = check_box_pair(op, boxes1, boxes2, "M");
   check_eps(op, params.eps);
   const std::int64_t n = boxes1.size(0), m = boxes2.size(0);
-  at::Tensor out = at::empty({n, m}, boxes1.options());
+  at::Tensor out = at::empty({n, m}, output_options(boxes1));
   if (out.numel() == 0) return out;
   const at::Tensor b1 = boxes1.contiguous(), b2 = boxes2.contiguous();
   const BoxIouPairwiseArgs args{n, m, b1.data_ptr(), b2.data_ptr(), out.data_ptr()};
@@ -169,7 +174,9 @@ std::tuple<at::Tensor, at::Tensor> box_iou_loss_backward(const at::Tensor& grad,
   check_same_count(op, boxes1, boxes2);
   check_eps(op, params.eps);
   check_same_device(op, "boxes1", boxes1, "grad", grad);
-  check_same_dtype(op, "boxes1", boxes1, "grad", grad);
+  const at::ScalarType loss_type = accumulation_scalar_type(boxes1.scalar_type());
+  TORCH_CHECK_TYPE(grad.scalar_type() == loss_type, op, ": grad dtype (", grad.scalar_type(), ") must be the loss's dtype, ",
+                   loss_type, " for ", boxes1.scalar_type(), " boxes");
   const std::int64_t n = boxes1.size(0);
   const bool reduce = params.reduction != LossReduction::kNone;
   if (reduce) {
@@ -226,7 +233,7 @@ std::tuple<at::Tensor, at::Tensor> loss_backward_kernel(const at::Tensor& grad, 
 at::Tensor pairwise_meta(const char* op, const at::Tensor& boxes1, const at::Tensor& boxes2) {
   check_boxes(op, "boxes1", "N", boxes1);
   check_boxes(op, "boxes2", "M", boxes2);
-  return at::empty({boxes1.size(0), boxes2.size(0)}, boxes1.options());
+  return at::empty({boxes1.size(0), boxes2.size(0)}, output_options(boxes1));
 }
 at::Tensor box_iou_meta(const at::Tensor& b1, const at::Tensor& b2) { return pairwise_meta("box_iou", b1, b2); }
 at::Tensor generalized_box_iou_meta(const at::Tensor& b1, const at::Tensor& b2) {
@@ -246,8 +253,8 @@ at::Tensor loss_meta(const at::Tensor& boxes1, const at::Tensor& boxes2, c10::st
   check_boxes(op, "boxes2", "N", boxes2);
   check_same_count(op, boxes1, boxes2);
   const BoxIouLossParams p = make_box_iou_loss_params(V, std::string(reduction), eps);
-  if (p.reduction == LossReduction::kNone) return at::empty({boxes1.size(0)}, boxes1.options());
-  return at::empty({}, boxes1.options());
+  if (p.reduction == LossReduction::kNone) return at::empty({boxes1.size(0)}, output_options(boxes1));
+  return at::empty({}, output_options(boxes1));
 }
 
 std::tuple<at::Tensor, at::Tensor> loss_backward_meta(const at::Tensor&, const at::Tensor& boxes1,

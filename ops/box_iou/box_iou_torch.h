@@ -11,16 +11,19 @@
 
 namespace detops {
 
+// Outputs are float64 for float64 boxes and float32 for float32, float16 and bfloat16 boxes (torchvision's
+// ops also return float32 for half-precision boxes); gradients have the boxes' dtype.
+
 // boxes1 [N, 4], boxes2 [M, 4] (x1, y1, x2, y2), any strides, one floating dtype and device -> [N, M]
-// contiguous, in that dtype.
+// contiguous.
 at::Tensor box_iou_pairwise(const at::Tensor& boxes1, const at::Tensor& boxes2, const BoxIouParams& params);
 
 // boxes1, boxes2 [N, 4] -> the per-pair losses [N] (reduction 'none') or their mean or sum as a 0-d
-// tensor, in the boxes' dtype (the mean and sum accumulate in fp32 or wider).
+// tensor.
 at::Tensor box_iou_loss_forward(const at::Tensor& boxes1, const at::Tensor& boxes2, const BoxIouLossParams& params);
 
-// grad shaped like the forward's output ([N], any strides, or 0-d) -> (grad_boxes1, grad_boxes2), [N, 4]
-// contiguous in the boxes' dtype.
+// grad shaped like the forward's output ([N], any strides, or 0-d) and of its dtype -> (grad_boxes1,
+// grad_boxes2), [N, 4] contiguous in the boxes' dtype.
 std::tuple<at::Tensor, at::Tensor> box_iou_loss_backward(const at::Tensor& grad, const at::Tensor& boxes1,
                                                          const at::Tensor& boxes2, const BoxIouLossParams& params);
 

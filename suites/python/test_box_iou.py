@@ -16,7 +16,7 @@ from conftest import devices
 
 torchvision = pytest.importorskip("torchvision", reason="torchvision is not installed: no peer to compare against")
 from torchvision import ops as tv  # noqa: E402
-from torchvision.ops._utils import _loss_inter_union  # noqa: E402
+from torchvision.ops._utils import _loss_inter_union, _upcast_non_float  # noqa: E402
 
 detops = torch.ops.detops
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
@@ -31,7 +31,14 @@ PAIRWISE = {
 }
 
 
+def out_dtype(dtype):
+    """Ours, like torchvision, returns float32 for float16 / bfloat16 boxes (float64 for float64)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def tv_iou_loss(boxes1, boxes2, reduction="none", eps=1e-7):
+    """1 - IoU with the conventions of torchvision's other box losses (half-precision boxes upcast to float32)."""
+    boxes1, boxes2 = _upcast_non_float(boxes1), _upcast_non_float(boxes2)
     inter, union = _loss_inter_union(boxes1, boxes2)
     loss = 1 - inter / (union + eps)
     if reduction == "mean":
@@ -117,7 +124,7 @@ def test_pairwise_matches_torchvision(device, layout, op):
     for dtype in DTYPES:
         a, b = a64.to(device, dtype), b64.to(device, dtype)
         ours = ours_fn(a, b)
-        assert ours.dtype == dtype and ours.shape == (a.shape[0], b.shape[0])
+        assert ours.dtype == out_dtype(dtype) == tv_fn(a, b).dtype and ours.shape == (a.shape[0], b.shape[0])
         truth = tv_fn(a.double(), b.double())
         atol, rtol = TOL[dtype]
         torch.testing.assert_close(ours.double(), truth, atol=atol, rtol=rtol,
@@ -247,12 +254,13 @@ def test_loss_forward_and_backward_match_torchvision(device, reduction, layout, 
         ours = ours_fn(a, b, reduction)
         truth = tv_fn(ap, bp, reduction=reduction)
         atol, rtol = TOL[dtype]
-        assert ours.dtype == dtype and ours.shape == truth.shape
+        assert ours.dtype == out_dtype(dtype) == tv_fn(a, b, reduction=reduction).dtype
+        assert ours.shape == truth.shape
         torch.testing.assert_close(ours.double(), truth, atol=atol, rtol=rtol,
                                    msg=lambda m: f"{op} {layout} {reduction} {dtype} {device} forward: {m}")
         # A non-uniform upstream gradient for 'none' (uniform ones come from .sum().backward() below).
         up = torch.randn(truth.shape, generator=g, dtype=torch.float64)
-        grads = torch.autograd.grad(ours, (a, b), up.to(device, dtype))
+        grads = torch.autograd.grad(ours, (a, b), up.to(device, ours.dtype))
         truth_grads = torch.autograd.grad(truth, (ap, bp), up.to(device))
         for name, got, want in zip(("boxes1", "boxes2"), grads, truth_grads):
             assert got.dtype == dtype
