@@ -140,6 +140,19 @@ void apply_determinism(CheckResult& r, const OpSpec& op, Device device, bool bac
 using ForwardFn = std::function<Tensors(const Tensors&)>;
 using BackwardFn = std::function<Tensors(const Tensors&, const Tensors&)>;
 
+// The function whose derivative the backward computes at x0: the forward, or the case's gradient
+// target with its held terms fixed at x0 (recorded as the property fd_function).
+ForwardFn differentiated_function(CheckResult& r, const ForwardFn& forward,
+                                  const std::function<Tensors(const Tensors&, const Tensors&)>& target,
+                                  const Tensors& x0) {
+  if (!target) {
+    r.properties["fd_function"] = "forward";
+    return forward;
+  }
+  r.properties["fd_function"] = "gradient_target";
+  return [target, x0](const Tensors& x) { return target(x, x0); };
+}
+
 // sum_j <v_j, f(x)_j> as a double.
 double directional_value(const ForwardFn& f, const Tensors& x, const Tensors& v) {
   const Tensors out = f(x);
@@ -306,8 +319,9 @@ CheckResult check_gradient_finite_differences(const OpSpec& op, const OpCase& c,
       res.message = d.gradcheck_skip_reason;
       return;
     }
-    finite_difference_check(res, d, d.op_forward, d.op_backward, materialize_inputs(d.inputs, DType::kFloat64, device),
-                            c.seed);
+    const Tensors x0 = materialize_inputs(d.inputs, DType::kFloat64, device);
+    finite_difference_check(res, d, differentiated_function(res, d.op_forward, d.op_gradient_target, x0),
+                            d.op_backward, x0, c.seed);
   });
 }
 
@@ -321,8 +335,9 @@ CheckResult check_reference_gradient(const OpSpec& op, const OpCase& c) {
       res.message = d.gradcheck_skip_reason;
       return;
     }
-    finite_difference_check(res, d, d.reference_forward, d.reference_backward,
-                            materialize_inputs(d.inputs, DType::kFloat64, Device::kCpu), c.seed);
+    const Tensors x0 = materialize_inputs(d.inputs, DType::kFloat64, Device::kCpu);
+    finite_difference_check(res, d, differentiated_function(res, d.reference_forward, d.reference_gradient_target, x0),
+                            d.reference_backward, x0, c.seed);
   });
 }
 

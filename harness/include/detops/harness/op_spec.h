@@ -42,6 +42,13 @@ struct CaseData {
   // test); by default a seeded N(0, 1) tensor. A case may return e.g. an expanded stride-0 tensor.
   std::function<at::Tensor(const at::Tensor& output, std::uint64_t seed)> make_grad_output;
 
+  // Optional: what the backward differentiates, when that is not the forward itself. An op may hold a
+  // term constant in its backward (CIoU's alpha, which torchvision computes under no_grad); the
+  // finite-difference checks then differentiate f(x; held at x0), called as (x, x0), instead of the
+  // forward. f(x0; x0) must equal the forward at x0.
+  std::function<Tensors(const Tensors& x, const Tensors& x0)> op_gradient_target;
+  std::function<Tensors(const Tensors& x, const Tensors& x0)> reference_gradient_target;
+
   std::string gradcheck_skip_reason;  // non-empty: finite differences do not apply to this case
 };
 

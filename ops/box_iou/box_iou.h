@@ -1,0 +1,74 @@
+#pragma once
+// Box IoU family launchers (CUDA and CPU), framework-free. Parameters: box_iou_params.h.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "box_iou/box_iou_params.h"
+#include "common/dtype.h"
+
+namespace detops {
+
+// Outputs (and the losses' incoming gradients) are in the accumulation type of the boxes' dtype: double
+// for fp64, float for fp32, fp16 and bf16 (torchvision's ops also return float32 for half-precision boxes).
+// Gradients with respect to the boxes are in the boxes' dtype.
+
+// boxes1 [n, 4] and boxes2 [m, 4] contiguous, (x1, y1, x2, y2), one dtype; out [n, m] contiguous, in the
+// accumulation type.
+struct BoxIouPairwiseArgs {
+  std::int64_t n = 0, m = 0;
+  const void* boxes1 = nullptr;
+  const void* boxes2 = nullptr;
+  void* out = nullptr;
+};
+
+// boxes1, boxes2 [n, 4] contiguous, one dtype. loss [n] contiguous, in the accumulation type: the per-pair
+// losses before any reduction (the framework layer sums them for 'mean' and 'sum').
+struct BoxIouLossForwardArgs {
+  std::int64_t n = 0;
+  const void* boxes1 = nullptr;
+  const void* boxes2 = nullptr;
+  // CIoU only, optional ([n, 4] each, like boxes1/boxes2): compute the alpha factor from these boxes
+  // instead of (boxes1, boxes2). The backward holds alpha constant (torchvision computes it under
+  // no_grad); finite-difference checks use this to differentiate exactly what the backward does.
+  const void* alpha_boxes1 = nullptr;
+  const void* alpha_boxes2 = nullptr;
+  void* loss = nullptr;
+};
+
+// grad (accumulation type): the upstream gradient of pair i is grad[i * grad_stride] * grad_scale
+// (grad_stride 0 for the scalar of a 'mean' or 'sum' reduction, grad_scale 1/n for 'mean').
+// grad_boxes1, grad_boxes2 [n, 4] contiguous, in the boxes' dtype.
+struct BoxIouLossBackwardArgs {
+  std::int64_t n = 0;
+  const void* grad = nullptr;
+  std::int64_t grad_stride = 0;
+  double grad_scale = 1.0;
+  const void* boxes1 = nullptr;
+  const void* boxes2 = nullptr;
+  void* grad_boxes1 = nullptr;
+  void* grad_boxes2 = nullptr;
+};
+
+// CUDA launchers: validate nothing (the framework layer does), return immediately on empty work, check
+// the launch. Asynchronous on `stream`. Each output element is written by one thread: deterministic.
+void launch_box_iou_pairwise(const BoxIouParams& params, const BoxIouPairwiseArgs& args, DType dtype,
+                             cudaStream_t stream);
+void launch_box_iou_loss_forward(const BoxIouLossParams& params, const BoxIouLossForwardArgs& args, DType dtype,
+                                 cudaStream_t stream);
+void launch_box_iou_loss_backward(const BoxIouLossParams& params, const BoxIouLossBackwardArgs& args, DType dtype,
+                                  cudaStream_t stream);
+
+// CPU implementations over the same per-element math. `parallel_for(begin, end, body)` may run body on
+// disjoint sub-ranges concurrently (rows of the pairwise output, pairs of the losses); every output
+// element is written once, so the results do not depend on the split.
+using ParallelFor = std::function<void(std::int64_t, std::int64_t, const std::function<void(std::int64_t, std::int64_t)>&)>;
+void run_box_iou_pairwise_cpu(const BoxIouParams& params, const BoxIouPairwiseArgs& args, DType dtype,
+                              const ParallelFor& parallel_for);
+void run_box_iou_loss_forward_cpu(const BoxIouLossParams& params, const BoxIouLossForwardArgs& args, DType dtype,
+                                  const ParallelFor& parallel_for);
+void run_box_iou_loss_backward_cpu(const BoxIouLossParams& params, const BoxIouLossBackwardArgs& args, DType dtype,
+                                   const ParallelFor& parallel_for);
+
+}  // namespace detops

@@ -1,0 +1,731 @@
+// The box IoU family's op specs: the four pairwise ops (forward only) share one case generator, the four
+// element-wise losses (forward and backward) another. Seeded cases (the OPS.md regression cases among
+// them), how to run the op and the reference, bad inputs, determinism and tolerances.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <utility>
+
+#include "box_iou/box_iou_torch.h"
+#include "detops/harness/eigen_bridge.h"
+#include "detops/harness/op_spec.h"
+#include "detops/reference/box_iou_reference.h"
+
+namespace detops {
+namespace {
+
+using harness::BadInputCase;
+using harness::CaseData;
+using harness::Device;
+using harness::OpCase;
+using harness::OpSpec;
+using harness::Tensors;
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+at::TensorOptions f64() { return at::TensorOptions().dtype(at::kDouble); }
+
+at::Tensor uniform(at::Generator& gen, std::int64_t n, double lo, double hi) {
+  return at::rand({n}, gen, f64()) * (hi - lo) + lo;
+}
+
+at::Tensor from_center_size(const at::Tensor& cx, const at::Tensor& cy, const at::Tensor& w, const at::Tensor& h) {
+  return at::stack({cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2}, 1);
+}
+
+// n boxes with centers uniform in [c_lo, c_hi]^2 and sides uniform in [s_lo, s_hi].
+at::Tensor random_boxes(at::Generator& gen, std::int64_t n, double c_lo, double c_hi, double s_lo, double s_hi) {
+  const at::Tensor cx = uniform(gen, n, c_lo, c_hi), cy = uniform(gen, n, c_lo, c_hi);
+  return from_center_size(cx, cy, uniform(gen, n, s_lo, s_hi), uniform(gen, n, s_lo, s_hi));
+}
+
+// n boxes with integer coordinates: corner in [0, span), sides in [s_lo, s_hi]. Small integers are exact
+// in every dtype (bf16 holds integers up to 256 exactly), so ties and touching edges survive rounding.
+at::Tensor integer_boxes(at::Generator& gen, std::int64_t n, std::int64_t span, std::int64_t s_lo, std::int64_t s_hi) {
+  const at::Tensor x1 = at::randint(0, span, {n}, gen, f64()), y1 = at::randint(0, span, {n}, gen, f64());
+  const at::Tensor w = at::randint(s_lo, s_hi + 1, {n}, gen, f64()), h = at::randint(s_lo, s_hi + 1, {n}, gen, f64());
+  return at::stack({x1, y1, x1 + w, y1 + h}, 1);
+}
+
+at::Tensor col(const at::Tensor& b, std::int64_t k) { return b.select(1, k); }
+
+at::Tensor with_columns(const at::Tensor& x1, const at::Tensor& y1, const at::Tensor& x2, const at::Tensor& y2) {
+  return at::stack({x1, y1, x2, y2}, 1);
+}
+
+// Rows of integer boxes cycling through every kind of degenerate box, and valid ones.
+at::Tensor mixed_degenerate_boxes(at::Generator& gen, std::int64_t n) {
+  const at::Tensor b = integer_boxes(gen, n, 24, 1, 8);
+  at::Tensor x1 = col(b, 0).clone(), y1 = col(b, 1).clone(), x2 = col(b, 2).clone(), y2 = col(b, 3).clone();
+  for (std::int64_t i = 0; i < n; ++i) {
+    switch (i % 7) {
+      case 0: break;                                                          // valid
+      case 1: { at::Tensor t = x1[i].clone(); x1[i] = x2[i]; x2[i] = t; } break;  // x2 < x1
+      case 2: { at::Tensor t = y1[i].clone(); y1[i] = y2[i]; y2[i] = t; } break;  // y2 < y1
+      case 3: {                                                               // both inverted: area > 0
+        at::Tensor t = x1[i].clone(); x1[i] = x2[i]; x2[i] = t;
+        t = y1[i].clone(); y1[i] = y2[i]; y2[i] = t;
+        break;
+      }
+      case 4: x2[i] = x1[i]; break;                                           // zero width
+      case 5: y2[i] = y1[i]; break;                                           // zero height
+      case 6: x2[i] = x1[i]; y2[i] = y1[i]; break;                            // a point
+    }
+  }
+  return with_columns(x1, y1, x2, y2);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Pairwise ops: boxes1 [N, 4] x boxes2 [M, 4] -> [N, M].
+
+enum class PairLayout {
+  kRandom, kIdenticalSets, kDisjoint, kNestedAndContaining, kTouchingX, kTouchingY, kTouchingCorner, kSharedEdges,
+  kInvertedX, kInvertedY, kInvertedBoth, kZeroWidth, kZeroHeight, kPoints, kIdenticalZeroArea, kMixedDegenerate,
+  kNegative, kStraddlingZero, kLarge1e4, kLarge1e6, kSmall, kNaN, kInf, kAnchorsVsGroundTruth, kExtremeAspect,
+  kSameCenters, kIntegerGrid, kNearlyIdentical,
+};
+
+struct PairwiseCaseConfig {
+  PairLayout layout = PairLayout::kRandom;
+  std::int64_t n = 7, m = 9;  // layouts that pair boxes2[i] with boxes1[i] use m = n (or 2n)
+  double eps = 1e-7;
+  bool noncontiguous = false;
+};
+
+std::pair<at::Tensor, at::Tensor> make_pairwise_boxes(const PairwiseCaseConfig& cfg, at::Generator& gen) {
+  const std::int64_t n = cfg.n, m = cfg.m;
+  switch (cfg.layout) {
+    case PairLayout::kRandom: return {random_boxes(gen, n, 0, 100, 5, 40), random_boxes(gen, m, 0, 100, 5, 40)};
+    case PairLayout::kIdenticalSets: {
+      const at::Tensor b = random_boxes(gen, n, 0, 100, 5, 40);
+      return {b, b.clone()};
+    }
+    case PairLayout::kDisjoint: {  // boxes2 all lie right of x = 880, boxes1 left of x = 125
+      at::Tensor b2 = random_boxes(gen, m, 0, 100, 5, 40);
+      b2.select(1, 0).add_(1000);
+      b2.select(1, 2).add_(1000);
+      return {random_boxes(gen, n, 0, 100, 5, 40), b2};
+    }
+    case PairLayout::kNestedAndContaining: {  // boxes2[i] inside boxes1[i], boxes2[n + i] around it
+      const at::Tensor b = random_boxes(gen, n, 0, 100, 10, 40);
+      const at::Tensor cx = (col(b, 0) + col(b, 2)) / 2, cy = (col(b, 1) + col(b, 3)) / 2;
+      const at::Tensor w = col(b, 2) - col(b, 0), h = col(b, 3) - col(b, 1);
+      const at::Tensor inner = from_center_size(cx, cy, w * uniform(gen, n, 0.2, 0.9), h * uniform(gen, n, 0.2, 0.9));
+      const at::Tensor outer = from_center_size(cx, cy, w * uniform(gen, n, 1.1, 2.0), h * uniform(gen, n, 1.1, 2.0));
+      return {b, at::cat({inner, outer}, 0)};
+    }
+    case PairLayout::kTouchingX:
+    case PairLayout::kTouchingY:
+    case PairLayout::kTouchingCorner: {  // boxes2[i] starts exactly where boxes1[i] ends
+      const at::Tensor b = integer_boxes(gen, n, 48, 2, 12);
+      const at::Tensor other = integer_boxes(gen, n, 48, 2, 12);
+      at::Tensor x1 = col(other, 0), y1 = col(other, 1);
+      if (cfg.layout != PairLayout::kTouchingY) x1 = col(b, 2);
+      if (cfg.layout != PairLayout::kTouchingX) y1 = col(b, 3);
+      if (cfg.layout == PairLayout::kTouchingX) y1 = col(b, 1);
+      if (cfg.layout == PairLayout::kTouchingY) x1 = col(b, 0);
+      const at::Tensor w = col(other, 2) - col(other, 0), h = col(other, 3) - col(other, 1);
+      return {b, with_columns(x1, y1, x1 + w, y1 + h)};
+    }
+    case PairLayout::kSharedEdges: {  // boxes2[i] shares x1 and y2 with boxes1[i]: ties in max / min
+      const at::Tensor b = integer_boxes(gen, n, 48, 2, 12);
+      const at::Tensor other = integer_boxes(gen, n, 48, 2, 12);
+      return {b, with_columns(col(b, 0), col(other, 1).minimum(col(b, 3) - 1), col(other, 2).maximum(col(b, 0) + 1), col(b, 3))};
+    }
+    case PairLayout::kInvertedX:
+    case PairLayout::kInvertedY:
+    case PairLayout::kInvertedBoth: {
+      const at::Tensor b2 = random_boxes(gen, m, 0, 100, 5, 40);
+      const bool x = cfg.layout != PairLayout::kInvertedY, y = cfg.layout != PairLayout::kInvertedX;
+      const at::Tensor inv = with_columns(col(b2, x ? 2 : 0), col(b2, y ? 3 : 1), col(b2, x ? 0 : 2), col(b2, y ? 1 : 3));
+      return {random_boxes(gen, n, 0, 100, 5, 40), inv};
+    }
+    case PairLayout::kZeroWidth:
+    case PairLayout::kZeroHeight: {
+      const at::Tensor b2 = random_boxes(gen, m, 0, 100, 5, 40);
+      const bool w = cfg.layout == PairLayout::kZeroWidth;
+      return {random_boxes(gen, n, 0, 100, 5, 40),
+              with_columns(col(b2, 0), col(b2, 1), w ? col(b2, 0) : col(b2, 2), w ? col(b2, 3) : col(b2, 1))};
+    }
+    case PairLayout::kPoints: {  // zero area on both sides: torchvision's 0 / 0
+      const at::Tensor p1 = integer_boxes(gen, n, 16, 1, 1), p2 = integer_boxes(gen, m, 16, 1, 1);
+      return {with_columns(col(p1, 0), col(p1, 1), col(p1, 0), col(p1, 1)),
+              with_columns(col(p2, 0), col(p2, 1), col(p2, 0), col(p2, 1))};
+    }
+    case PairLayout::kIdenticalZeroArea: {  // points and zero-width / zero-height lines, paired with themselves
+      const at::Tensor b = integer_boxes(gen, n, 16, 1, 6);
+      at::Tensor x2 = col(b, 2).clone(), y2 = col(b, 3).clone();
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (i % 3 != 1) x2[i] = b[i][0];
+        if (i % 3 != 2) y2[i] = b[i][1];
+      }
+      const at::Tensor z = with_columns(col(b, 0), col(b, 1), x2, y2);
+      return {z, z.clone()};
+    }
+    case PairLayout::kMixedDegenerate: return {mixed_degenerate_boxes(gen, n), mixed_degenerate_boxes(gen, m)};
+    case PairLayout::kNegative: return {random_boxes(gen, n, -200, -50, 5, 40), random_boxes(gen, m, -200, -50, 5, 40)};
+    case PairLayout::kStraddlingZero: return {random_boxes(gen, n, -20, 20, 5, 40), random_boxes(gen, m, -20, 20, 5, 40)};
+    case PairLayout::kLarge1e4:  // fp16-representable coordinates (< 52,000) whose areas (up to 9e6) overflow fp16
+      return {random_boxes(gen, n, 1e4, 5e4, 300, 3000), random_boxes(gen, m, 1e4, 5e4, 300, 3000)};
+    case PairLayout::kLarge1e6:  // fp32 territory; fp16 rounds these to inf (the non-finite rule)
+      return {random_boxes(gen, n, 1e6, 1.05e6, 1e3, 2e4), random_boxes(gen, m, 1e6, 1.05e6, 1e3, 2e4)};
+    case PairLayout::kSmall: return {random_boxes(gen, n, 0, 1, 0.05, 0.4), random_boxes(gen, m, 0, 1, 0.05, 0.4)};
+    case PairLayout::kNaN:
+    case PairLayout::kInf: {
+      at::Tensor b1 = random_boxes(gen, n, 0, 100, 5, 40), b2 = random_boxes(gen, m, 0, 100, 5, 40);
+      const double v = cfg.layout == PairLayout::kNaN ? kNaN : kInf;
+      b1[0][0] = -v;
+      b1[2 % n][2] = v;
+      b2[1 % m][3] = v;
+      b2[3 % m][1] = -v;
+      return {b1, b2};
+    }
+    case PairLayout::kAnchorsVsGroundTruth: {  // RPN-style anchors (stride 64, 3 ratios) on 800 x 1344
+      std::vector<at::Tensor> anchors;
+      for (double ratio : {0.5, 1.0, 2.0}) {
+        const at::Tensor ys = at::arange(0, 800, 64, f64()) + 32, xs = at::arange(0, 1344, 64, f64()) + 32;
+        const std::vector<at::Tensor> grid = at::meshgrid({ys, xs}, "ij");
+        const double w = 128 * std::sqrt(1 / ratio), h = 128 * std::sqrt(ratio);
+        const at::Tensor cy = grid[0].reshape(-1), cx = grid[1].reshape(-1);
+        anchors.push_back(from_center_size(cx, cy, at::full_like(cx, w), at::full_like(cy, h)));
+      }
+      const at::Tensor cx = uniform(gen, m, 0, 1344), cy = uniform(gen, m, 0, 800);
+      return {at::cat(anchors, 0), from_center_size(cx, cy, uniform(gen, m, 20, 400), uniform(gen, m, 20, 400))};
+    }
+    case PairLayout::kExtremeAspect: {  // w / h from 1/200 to 200
+      const at::Tensor c1 = uniform(gen, n, 0, 100), c2 = uniform(gen, n, 0, 100);
+      const at::Tensor long_side = uniform(gen, n, 50, 200), short_side = uniform(gen, n, 0.25, 1);
+      const at::Tensor wide = from_center_size(c1, c2, long_side, short_side);
+      const at::Tensor d1 = uniform(gen, m, 0, 100), d2 = uniform(gen, m, 0, 100);
+      const at::Tensor tall = from_center_size(d1, d2, uniform(gen, m, 0.25, 1), uniform(gen, m, 50, 200));
+      return {wide, tall};
+    }
+    case PairLayout::kSameCenters: {  // DIoU's distance term 0 for the paired boxes
+      const at::Tensor b = random_boxes(gen, n, 0, 100, 5, 40);
+      const at::Tensor cx = (col(b, 0) + col(b, 2)) / 2, cy = (col(b, 1) + col(b, 3)) / 2;
+      return {b, from_center_size(cx, cy, uniform(gen, n, 5, 40), uniform(gen, n, 5, 40))};
+    }
+    case PairLayout::kIntegerGrid: return {integer_boxes(gen, n, 16, 1, 6), integer_boxes(gen, m, 16, 1, 6)};
+    case PairLayout::kNearlyIdentical: {
+      const at::Tensor b = random_boxes(gen, n, 0, 100, 5, 40);
+      return {b, b + (at::rand({n, 4}, gen, f64()) * 2 - 1) * 1e-2};
+    }
+  }
+  throw std::invalid_argument("make_pairwise_boxes: unknown layout");
+}
+
+CaseData make_pairwise_case(BoxIouVariant variant, const PairwiseCaseConfig& cfg, std::uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto [b1, b2] = make_pairwise_boxes(cfg, gen);
+  CaseData d;
+  d.inputs = {b1, b2};
+  const BoxIouParams p{variant, cfg.eps};
+  d.op_forward = [p, cfg](const Tensors& in) {
+    at::Tensor x = in[0], y = in[1];
+    if (cfg.noncontiguous) {
+      x = at::cat({x, x}, 1).slice(1, 0, 4);  // row stride 8
+      y = y.t().contiguous().t();             // column-major
+    }
+    return Tensors{box_iou_pairwise(x, y, p)};
+  };
+  d.reference_forward = [p](const Tensors& in) {
+    return Tensors{harness::from_matrix(reference::box_iou_pairwise(p, harness::to_matrix(in[0]), harness::to_matrix(in[1])))};
+  };
+  return d;
+}
+
+std::vector<OpCase> pairwise_cases(BoxIouVariant variant) {
+  std::vector<OpCase> cases;
+  std::uint64_t seed = 0xB0C1'0000 + (static_cast<std::uint64_t>(variant) << 12);
+  auto add = [&](const std::string& name, PairwiseCaseConfig cfg) {
+    cases.push_back(OpCase{name, ++seed, [variant, cfg](std::uint64_t s) { return make_pairwise_case(variant, cfg, s); }, {}});
+  };
+  using L = PairLayout;
+  PairwiseCaseConfig c;
+  c = {}; add("random_7x9", c);
+  c = {}; c.n = c.m = 16; add("random_16x16", c);
+  c = {}; c.n = c.m = 1; add("single_pair", c);
+  c = {}; c.n = 50; c.m = 3; add("n50_m3", c);
+  c = {}; c.n = 3; c.m = 70; add("n3_m70", c);
+  c = {}; c.n = 0; c.m = 5; add("empty_boxes1", c);
+  c = {}; c.n = 5; c.m = 0; add("empty_boxes2", c);
+  c = {}; c.n = 0; c.m = 0; add("empty_both", c);
+  c = {}; c.layout = L::kIdenticalSets; c.n = c.m = 12; add("identical_boxes", c);
+  c = {}; c.layout = L::kDisjoint; add("disjoint_boxes", c);
+  c = {}; c.layout = L::kNestedAndContaining; c.n = 8; c.m = 16; add("nested_and_containing", c);
+  c = {}; c.layout = L::kTouchingX; c.n = c.m = 10; add("touching_edges_x", c);
+  c = {}; c.layout = L::kTouchingY; c.n = c.m = 10; add("touching_edges_y", c);
+  c = {}; c.layout = L::kTouchingCorner; c.n = c.m = 10; add("touching_corners", c);
+  c = {}; c.layout = L::kSharedEdges; c.n = c.m = 10; add("shared_edges", c);
+  c = {}; c.layout = L::kInvertedX; add("degenerate_inverted_x", c);
+  c = {}; c.layout = L::kInvertedY; add("degenerate_inverted_y", c);
+  c = {}; c.layout = L::kInvertedBoth; add("degenerate_inverted_both", c);
+  c = {}; c.layout = L::kZeroWidth; add("degenerate_zero_width", c);
+  c = {}; c.layout = L::kZeroHeight; add("degenerate_zero_height", c);
+  c = {}; c.layout = L::kPoints; c.n = 6; c.m = 8; add("zero_area_points", c);
+  c = {}; c.layout = L::kIdenticalZeroArea; c.n = c.m = 9; add("identical_zero_area_boxes", c);
+  c = {}; c.layout = L::kMixedDegenerate; c.n = 14; c.m = 21; add("mixed_degenerate_and_valid", c);
+  c = {}; c.layout = L::kNegative; add("negative_coordinates", c);
+  c = {}; c.layout = L::kStraddlingZero; c.n = c.m = 12; add("coordinates_straddling_zero", c);
+  c = {}; c.layout = L::kLarge1e4; c.n = 10; c.m = 12; add("large_coordinates_1e4_fp16_area_overflow", c);
+  c = {}; c.layout = L::kLarge1e6; c.n = 10; c.m = 12; add("large_coordinates_1e6", c);
+  c = {}; c.layout = L::kSmall; c.n = c.m = 12; add("small_coordinates", c);
+  c = {}; c.layout = L::kNaN; c.n = 5; c.m = 6; add("nan_coordinates", c);
+  c = {}; c.layout = L::kInf; c.n = 5; c.m = 6; add("inf_coordinates", c);
+  c = {}; c.layout = L::kAnchorsVsGroundTruth; c.m = 20; add("anchors_vs_ground_truth", c);
+  c = {}; c.layout = L::kExtremeAspect; c.n = 8; c.m = 10; add("extreme_aspect_ratios", c);
+  c = {}; c.layout = L::kSameCenters; c.n = c.m = 10; add("same_centers", c);
+  c = {}; c.layout = L::kIntegerGrid; c.n = 20; c.m = 24; add("integer_grid_ties", c);
+  c = {}; c.layout = L::kNearlyIdentical; c.n = c.m = 10; add("nearly_identical", c);
+  c = {}; c.n = 33; c.m = 129; add("tile_edges_33x129", c);
+  c = {}; c.n = 64; c.m = 256; add("whole_tiles_64x256", c);
+  c = {}; c.n = 1; c.m = 5000; add("one_row_5000_columns", c);
+  c = {}; c.n = 5000; c.m = 1; add("rows_5000_one_column", c);
+  c = {}; c.n = 17; c.m = 23; c.noncontiguous = true; add("noncontiguous_inputs", c);
+  c = {}; c.n = 3000; c.m = 2000; add("large_3000x2000", c);
+  c = {}; c.layout = L::kIdenticalZeroArea; c.n = c.m = 6; c.eps = 0; add("eps_zero_identical_zero_area", c);
+  c = {}; c.n = c.m = 12; c.eps = 0.5; add("eps_half", c);
+  return cases;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Losses: boxes1 [N, 4], boxes2 [N, 4] -> [N] or a scalar, with a backward.
+
+// Gradient-check cases keep every max / min comparison of a pair (x1 with x1, y1 with y1, x2 with x2,
+// y2 with y2: both the intersection and the enclosing box), the overlap tests (intersection width and
+// height against 0) and every side length at least this far from a tie, so central differences with
+// eps 1e-6 never straddle a kink.
+constexpr double kKinkMargin = 1e-3;
+
+at::Tensor kink_free_rows(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor iw = at::minimum(col(a, 2), col(b, 2)) - at::maximum(col(a, 0), col(b, 0));
+  const at::Tensor ih = at::minimum(col(a, 3), col(b, 3)) - at::maximum(col(a, 1), col(b, 1));
+  return ((a - b).abs() > kKinkMargin).all(1) & (iw.abs() > kKinkMargin) & (ih.abs() > kKinkMargin) &
+         (col(a, 2) - col(a, 0) > kKinkMargin) & (col(a, 3) - col(a, 1) > kKinkMargin) &
+         (col(b, 2) - col(b, 0) > kKinkMargin) & (col(b, 3) - col(b, 1) > kKinkMargin);
+}
+
+enum class LossLayout {
+  // Kink-free (gradient-checked):
+  kOverlapping, kDisjoint, kNested, kContaining, kSameCenters, kSameAspect, kNearlyTouching, kNearlyIdentical,
+  kNegative, kStraddlingZero, kLarge1e4, kLarge1e6, kSmall, kExtremeAspect,
+  // Ties, touching, degenerate, non-finite (not gradient-checked):
+  kIdentical, kTouchingX, kTouchingCorner, kSharedEdges, kInvertedX, kInvertedBoth, kZeroWidth, kPoints,
+  kIdenticalZeroArea, kMixedDegenerate, kNaN, kInf, kIntegerGrid,
+};
+
+bool kink_free_layout(LossLayout l) { return static_cast<int>(l) <= static_cast<int>(LossLayout::kExtremeAspect); }
+
+const char* kink_reason(LossLayout l) {
+  switch (l) {
+    case LossLayout::kIdentical: return "identical boxes: every max / min ties (the gradient is split, not a derivative)";
+    case LossLayout::kTouchingX:
+    case LossLayout::kTouchingCorner: return "touching boxes: the overlap test sits exactly on its kink";
+    case LossLayout::kSharedEdges:
+    case LossLayout::kIntegerGrid: return "integer boxes with shared edges: max / min ties are kinks";
+    case LossLayout::kNaN:
+    case LossLayout::kInf: return "non-finite coordinates: nothing to differentiate";
+    default: return "degenerate boxes (inverted or zero extents): ties and sign changes at the kinks of the definition";
+  }
+}
+
+// n pairs around one another: boxes2 centered within ~0.4 sides of boxes1, sides scaled by [0.5, 1.5].
+std::pair<at::Tensor, at::Tensor> overlapping_pairs(at::Generator& gen, std::int64_t n, double c_lo, double c_hi,
+                                                    double s_lo, double s_hi) {
+  const at::Tensor a = random_boxes(gen, n, c_lo, c_hi, s_lo, s_hi);
+  const at::Tensor w = col(a, 2) - col(a, 0), h = col(a, 3) - col(a, 1);
+  const at::Tensor cx = (col(a, 0) + col(a, 2)) / 2 + at::randn({n}, gen, f64()) * 0.4 * w;
+  const at::Tensor cy = (col(a, 1) + col(a, 3)) / 2 + at::randn({n}, gen, f64()) * 0.4 * h;
+  return {a, from_center_size(cx, cy, w * uniform(gen, n, 0.5, 1.5), h * uniform(gen, n, 0.5, 1.5))};
+}
+
+std::pair<at::Tensor, at::Tensor> loss_candidates(LossLayout layout, at::Generator& gen, std::int64_t n) {
+  switch (layout) {
+    case LossLayout::kOverlapping: return overlapping_pairs(gen, n, 0, 100, 5, 40);
+    case LossLayout::kDisjoint: {  // boxes2 right of boxes1 by a gap in [0.5, 20]
+      const at::Tensor a = random_boxes(gen, n, 0, 100, 5, 40), b = random_boxes(gen, n, 0, 100, 5, 40);
+      const at::Tensor shift = col(a, 2) - col(b, 0) + uniform(gen, n, 0.5, 20);
+      return {a, with_columns(col(b, 0) + shift, col(b, 1), col(b, 2) + shift, col(b, 3))};
+    }
+    case LossLayout::kNested:
+    case LossLayout::kContaining: {  // one box strictly inside the other
+      const at::Tensor a = random_boxes(gen, n, 0, 100, 10, 40);
+      const at::Tensor cx = (col(a, 0) + col(a, 2)) / 2, cy = (col(a, 1) + col(a, 3)) / 2;
+      const at::Tensor w = col(a, 2) - col(a, 0), h = col(a, 3) - col(a, 1);
+      const at::Tensor fw = uniform(gen, n, 0.3, 0.8), fh = uniform(gen, n, 0.3, 0.8);
+      const at::Tensor ox = (at::rand({n}, gen, f64()) * 2 - 1) * (1 - fw) * w * 0.4;
+      const at::Tensor oy = (at::rand({n}, gen, f64()) * 2 - 1) * (1 - fh) * h * 0.4;
+      const at::Tensor inner = from_center_size(cx + ox, cy + oy, w * fw, h * fh);
+      if (layout == LossLayout::kNested) return {a, inner};
+      return {inner, a};
+    }
+    case LossLayout::kSameCenters: {
+      const at::Tensor a = random_boxes(gen, n, 0, 100, 5, 40);
+      const at::Tensor cx = (col(a, 0) + col(a, 2)) / 2, cy = (col(a, 1) + col(a, 3)) / 2;
+      return {a, from_center_size(cx, cy, uniform(gen, n, 5, 40), uniform(gen, n, 5, 40))};
+    }
+    case LossLayout::kSameAspect: {  // CIoU's v = 0
+      const auto [a, b] = overlapping_pairs(gen, n, 0, 100, 5, 40);
+      const at::Tensor s = uniform(gen, n, 0.5, 1.5);
+      const at::Tensor cx = (col(b, 0) + col(b, 2)) / 2, cy = (col(b, 1) + col(b, 3)) / 2;
+      return {a, from_center_size(cx, cy, (col(a, 2) - col(a, 0)) * s, (col(a, 3) - col(a, 1)) * s)};
+    }
+    case LossLayout::kNearlyTouching: {  // gaps of 0.005 .. 0.02 in x
+      const at::Tensor a = random_boxes(gen, n, 0, 100, 5, 40);
+      const at::Tensor h = col(a, 3) - col(a, 1);
+      const at::Tensor x1 = col(a, 2) + uniform(gen, n, 0.005, 0.02), y1 = col(a, 1) + h * uniform(gen, n, -0.5, 0.5);
+      return {a, with_columns(x1, y1, x1 + uniform(gen, n, 5, 40), y1 + uniform(gen, n, 5, 40))};
+    }
+    case LossLayout::kNearlyIdentical: {  // every coordinate moved by 0.002 .. 0.01
+      const at::Tensor a = random_boxes(gen, n, 0, 100, 5, 40);
+      const at::Tensor sign = at::randint(0, 2, {n, 4}, gen, f64()) * 2 - 1;
+      return {a, a + sign * (at::rand({n, 4}, gen, f64()) * 8e-3 + 2e-3)};
+    }
+    case LossLayout::kNegative: return overlapping_pairs(gen, n, -200, -50, 5, 40);
+    case LossLayout::kStraddlingZero: return overlapping_pairs(gen, n, -20, 20, 5, 40);
+    case LossLayout::kLarge1e4: return overlapping_pairs(gen, n, 1e4, 5e4, 300, 3000);
+    case LossLayout::kLarge1e6: return overlapping_pairs(gen, n, 1e6, 1.05e6, 1e3, 2e4);
+    case LossLayout::kSmall: return overlapping_pairs(gen, n, 0, 4, 0.5, 2);
+    case LossLayout::kExtremeAspect: {  // a wide box against a tall one, w / h up to 200
+      const at::Tensor cx = uniform(gen, n, 0, 100), cy = uniform(gen, n, 0, 100);
+      const at::Tensor wide = from_center_size(cx, cy, uniform(gen, n, 50, 200), uniform(gen, n, 0.25, 1));
+      const at::Tensor tall = from_center_size(cx + uniform(gen, n, -10, 10), cy + uniform(gen, n, -10, 10),
+                                               uniform(gen, n, 0.25, 1), uniform(gen, n, 50, 200));
+      return {wide, tall};
+    }
+    case LossLayout::kIdentical: {
+      const at::Tensor a = random_boxes(gen, n, 0, 100, 5, 40);
+      return {a, a.clone()};
+    }
+    case LossLayout::kTouchingX:
+    case LossLayout::kTouchingCorner: {
+      const at::Tensor a = integer_boxes(gen, n, 48, 2, 12), o = integer_boxes(gen, n, 48, 2, 12);
+      const at::Tensor x1 = col(a, 2), y1 = layout == LossLayout::kTouchingX ? col(a, 1) : col(a, 3);
+      return {a, with_columns(x1, y1, x1 + col(o, 2) - col(o, 0), y1 + col(o, 3) - col(o, 1))};
+    }
+    case LossLayout::kSharedEdges: {
+      const at::Tensor a = integer_boxes(gen, n, 48, 2, 12), o = integer_boxes(gen, n, 48, 2, 12);
+      return {a, with_columns(col(a, 0), col(o, 1).minimum(col(a, 3) - 1), col(o, 2).maximum(col(a, 0) + 1), col(a, 3))};
+    }
+    case LossLayout::kInvertedX:
+    case LossLayout::kInvertedBoth: {
+      const auto [a, b] = overlapping_pairs(gen, n, 0, 100, 5, 40);
+      const bool y = layout == LossLayout::kInvertedBoth;
+      return {a, with_columns(col(b, 2), col(b, y ? 3 : 1), col(b, 0), col(b, y ? 1 : 3))};
+    }
+    case LossLayout::kZeroWidth: {
+      const auto [a, b] = overlapping_pairs(gen, n, 0, 100, 5, 40);
+      return {a, with_columns(col(b, 0), col(b, 1), col(b, 0), col(b, 3))};
+    }
+    case LossLayout::kPoints: {
+      const at::Tensor p = integer_boxes(gen, n, 16, 1, 1), q = integer_boxes(gen, n, 16, 1, 1);
+      return {with_columns(col(p, 0), col(p, 1), col(p, 0), col(p, 1)), with_columns(col(q, 0), col(q, 1), col(q, 0), col(q, 1))};
+    }
+    case LossLayout::kIdenticalZeroArea: {
+      const at::Tensor b = integer_boxes(gen, n, 16, 1, 6);
+      at::Tensor x2 = col(b, 2).clone(), y2 = col(b, 3).clone();
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (i % 3 != 1) x2[i] = b[i][0];
+        if (i % 3 != 2) y2[i] = b[i][1];
+      }
+      const at::Tensor z = with_columns(col(b, 0), col(b, 1), x2, y2);
+      return {z, z.clone()};
+    }
+    case LossLayout::kMixedDegenerate: return {mixed_degenerate_boxes(gen, n), mixed_degenerate_boxes(gen, n)};
+    case LossLayout::kNaN:
+    case LossLayout::kInf: {
+      auto [a, b] = overlapping_pairs(gen, n, 0, 100, 5, 40);
+      const double v = layout == LossLayout::kNaN ? kNaN : kInf;
+      a[0][0] = -v;
+      a[2 % n][2] = v;
+      b[1 % n][3] = v;
+      b[3 % n][1] = -v;
+      return {a, b};
+    }
+    case LossLayout::kIntegerGrid: return {integer_boxes(gen, n, 16, 1, 6), integer_boxes(gen, n, 16, 1, 6)};
+  }
+  throw std::invalid_argument("loss_candidates: unknown layout");
+}
+
+// Pairs of the layout; for kink-free layouts, rows that come too close to a kink are drawn again.
+std::pair<at::Tensor, at::Tensor> make_loss_boxes(LossLayout layout, at::Generator& gen, std::int64_t n) {
+  auto [a, b] = loss_candidates(layout, gen, n);
+  if (!kink_free_layout(layout) || n == 0) return {a, b};
+  for (int round = 0; round < 100; ++round) {
+    const at::Tensor bad = kink_free_rows(a, b).logical_not().nonzero().reshape(-1);
+    if (bad.numel() == 0) return {a, b};
+    auto [a2, b2] = loss_candidates(layout, gen, bad.numel());
+    a.index_put_({bad}, a2);
+    b.index_put_({bad}, b2);
+  }
+  throw std::logic_error("make_loss_boxes: could not draw kink-free pairs");
+}
+
+struct LossCaseConfig {
+  LossLayout layout = LossLayout::kOverlapping;
+  std::int64_t n = 16;
+  LossReduction reduction = LossReduction::kNone;
+  double eps = 1e-7;
+  bool noncontiguous = false;
+  bool stride0_grad = false;
+};
+
+at::Tensor reference_loss_tensor(const BoxIouLossParams& p, const reference::Vectord& v) {
+  const at::Tensor t = harness::from_vector(v);
+  return p.reduction == LossReduction::kNone ? t : t.reshape({});
+}
+
+CaseData make_loss_case(BoxIouVariant variant, const LossCaseConfig& cfg, std::uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto [b1, b2] = make_loss_boxes(cfg.layout, gen, cfg.n);
+  CaseData d;
+  d.inputs = {b1, b2};
+  d.differentiable = {0, 1};
+  const BoxIouLossParams p{variant, cfg.reduction, cfg.eps};
+  d.op_forward = [p, cfg](const Tensors& in) {
+    at::Tensor x = in[0], y = in[1];
+    if (cfg.noncontiguous) {
+      x = at::cat({x, x}, 1).slice(1, 0, 4);  // row stride 8
+      y = y.t().contiguous().t();             // column-major
+    }
+    return Tensors{box_iou_loss_forward(x, y, p)};
+  };
+  d.op_backward = [p](const Tensors& in, const Tensors& grad) {
+    auto [g1, g2] = box_iou_loss_backward(grad[0], in[0], in[1], p);
+    return Tensors{g1, g2};
+  };
+  d.reference_forward = [p](const Tensors& in) {
+    return Tensors{reference_loss_tensor(p, reference::box_iou_loss_forward(p, harness::to_matrix(in[0]), harness::to_matrix(in[1])))};
+  };
+  d.reference_backward = [p](const Tensors& in, const Tensors& grad) {
+    const reference::BoxIouLossGrads g = reference::box_iou_loss_backward(
+        p, harness::to_matrix(in[0]), harness::to_matrix(in[1]), harness::to_vector(grad[0].reshape({-1})));
+    return Tensors{harness::from_matrix(g.boxes1), harness::from_matrix(g.boxes2)};
+  };
+  if (variant == BoxIouVariant::kCIoU) {
+    // The backward holds alpha constant (torchvision computes it under no_grad): the finite-difference
+    // checks differentiate the loss with alpha fixed at the unperturbed boxes.
+    d.op_gradient_target = [p](const Tensors& x, const Tensors& x0) {
+      return Tensors{complete_box_iou_loss_alpha_at(x[0], x[1], x0[0], x0[1], p)};
+    };
+    d.reference_gradient_target = [p](const Tensors& x, const Tensors& x0) {
+      const reference::Matrixd a0 = harness::to_matrix(x0[0]), b0 = harness::to_matrix(x0[1]);
+      return Tensors{reference_loss_tensor(
+          p, reference::box_iou_loss_forward(p, harness::to_matrix(x[0]), harness::to_matrix(x[1]), &a0, &b0))};
+    };
+  }
+  if (cfg.stride0_grad) {
+    // What `loss.sum().backward()` hands the backward: one value expanded to the loss's shape.
+    d.make_grad_output = [](const at::Tensor& out, std::uint64_t) { return at::ones({}, out.options()).expand(out.sizes()); };
+  }
+  if (!kink_free_layout(cfg.layout)) d.gradcheck_skip_reason = kink_reason(cfg.layout);
+  return d;
+}
+
+std::vector<OpCase> loss_cases(BoxIouVariant variant) {
+  std::vector<OpCase> cases;
+  std::uint64_t seed = 0xB0C2'0000 + (static_cast<std::uint64_t>(variant) << 12);
+  auto add = [&](const std::string& name, LossCaseConfig cfg) {
+    cases.push_back(OpCase{name, ++seed, [variant, cfg](std::uint64_t s) { return make_loss_case(variant, cfg, s); }, {}});
+  };
+  using L = LossLayout;
+  constexpr LossReduction kMean = LossReduction::kMean, kSum = LossReduction::kSum;
+  LossCaseConfig c;
+  c = {}; add("overlapping_none", c);
+  c = {}; c.reduction = kMean; add("overlapping_mean", c);
+  c = {}; c.reduction = kSum; add("overlapping_sum", c);
+  c = {}; c.n = 1; add("single_pair", c);
+  c = {}; c.n = 33; add("overlapping_33_pairs", c);
+  c = {}; c.layout = L::kDisjoint; add("disjoint_none", c);
+  c = {}; c.layout = L::kDisjoint; c.reduction = kMean; add("disjoint_mean", c);
+  c = {}; c.layout = L::kNested; add("nested_boxes2_inside", c);
+  c = {}; c.layout = L::kContaining; add("containing_boxes1_inside", c);
+  c = {}; c.layout = L::kSameCenters; add("same_centers", c);
+  c = {}; c.layout = L::kSameAspect; add("same_aspect_ratio", c);
+  c = {}; c.layout = L::kNearlyTouching; add("nearly_touching", c);
+  c = {}; c.layout = L::kNearlyIdentical; add("nearly_identical", c);
+  c = {}; c.layout = L::kNegative; add("negative_coordinates", c);
+  c = {}; c.layout = L::kStraddlingZero; add("coordinates_straddling_zero", c);
+  c = {}; c.layout = L::kLarge1e4; add("large_coordinates_1e4_fp16_area_overflow", c);
+  c = {}; c.layout = L::kLarge1e4; c.reduction = kSum; add("large_coordinates_1e4_sum", c);
+  c = {}; c.layout = L::kLarge1e6; add("large_coordinates_1e6", c);
+  c = {}; c.layout = L::kSmall; add("small_coordinates", c);
+  c = {}; c.layout = L::kExtremeAspect; add("extreme_aspect_ratios", c);
+  c = {}; c.n = 70000; add("many_pairs_70000_none", c);
+  c = {}; c.n = 70000; c.reduction = kMean; add("many_pairs_70000_mean", c);
+  c = {}; c.n = 70000; c.reduction = kSum; add("many_pairs_70000_sum", c);
+  c = {}; c.noncontiguous = true; add("noncontiguous_inputs", c);
+  c = {}; c.stride0_grad = true; add("stride0_grad_output", c);
+  c = {}; c.eps = 0; add("eps_zero", c);
+  c = {}; c.eps = 0.5; add("eps_half", c);
+  c = {}; c.n = 0; add("empty_none", c);
+  c = {}; c.n = 0; c.reduction = kMean; add("empty_mean", c);
+  c = {}; c.n = 0; c.reduction = kSum; add("empty_sum", c);
+  c = {}; c.layout = L::kIdentical; add("identical_boxes", c);
+  c = {}; c.layout = L::kIdentical; c.reduction = kMean; add("identical_boxes_mean", c);
+  c = {}; c.layout = L::kTouchingX; add("touching_edges_x", c);
+  c = {}; c.layout = L::kTouchingCorner; add("touching_corners", c);
+  c = {}; c.layout = L::kSharedEdges; add("shared_edges", c);
+  c = {}; c.layout = L::kInvertedX; add("degenerate_inverted_x", c);
+  c = {}; c.layout = L::kInvertedBoth; add("degenerate_inverted_both", c);
+  c = {}; c.layout = L::kZeroWidth; add("degenerate_zero_width", c);
+  c = {}; c.layout = L::kPoints; add("zero_area_points", c);
+  c = {}; c.layout = L::kIdenticalZeroArea; c.n = 9; add("identical_zero_area_boxes", c);
+  c = {}; c.layout = L::kMixedDegenerate; c.n = 21; add("mixed_degenerate_and_valid", c);
+  c = {}; c.layout = L::kNaN; add("nan_coordinates", c);
+  c = {}; c.layout = L::kInf; c.reduction = kSum; add("inf_coordinates_sum", c);
+  c = {}; c.layout = L::kIntegerGrid; c.n = 24; add("integer_grid_ties", c);
+  return cases;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Bad inputs and valid calls.
+
+using BadCall = std::function<void(const at::Device&)>;
+
+at::TensorOptions f32_on(const at::Device& d) { return at::TensorOptions().dtype(at::kFloat).device(d); }
+
+at::Tensor good_boxes(const at::Device& d, std::int64_t n) {
+  return (at::arange(n * 4, at::TensorOptions().dtype(at::kFloat)).view({n, 4}) * at::tensor({1.0f, 1.0f, 2.0f, 2.0f}) +
+          at::tensor({0.0f, 0.0f, 1.0f, 1.0f}))
+      .to(d);
+}
+
+at::Tensor other_device(const at::Tensor& t, const at::Device& d) { return d.is_cpu() ? t.to(at::kMeta) : t.cpu(); }
+
+void add_bad(std::vector<BadInputCase>& bad, std::string name, BadCall call, std::vector<std::string> words) {
+  bad.push_back({std::move(name), std::move(call), std::move(words)});
+}
+
+std::vector<BadInputCase> pairwise_bad_inputs(BoxIouVariant v) {
+  const BoxIouParams p{v, 1e-7};
+  std::vector<BadInputCase> bad;
+  add_bad(bad, "boxes1_five_columns", [=](const at::Device& d) { box_iou_pairwise(at::zeros({3, 5}, f32_on(d)), good_boxes(d, 2), p); },
+          {"boxes1", "[N, 4]", "[3, 5]"});
+  add_bad(bad, "boxes2_one_dimensional", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), good_boxes(d, 2).view({-1}), p); },
+          {"boxes2", "[M, 4]", "[8]"});
+  add_bad(bad, "boxes1_three_dimensional", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 4).view({2, 2, 4}), good_boxes(d, 2), p); },
+          {"boxes1", "[N, 4]"});
+  add_bad(bad, "dtype_mismatch", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), good_boxes(d, 2).to(at::kDouble), p); },
+          {"boxes2 dtype", "boxes1 dtype"});
+  add_bad(bad, "integer_boxes", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3).to(at::kInt), good_boxes(d, 2).to(at::kInt), p); },
+          {"boxes1", "float64, float32, float16 or bfloat16"});
+  add_bad(bad, "boxes2_on_other_device", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), other_device(good_boxes(d, 2), d), p); },
+          {"boxes1 and boxes2", "same device"});
+  add_bad(bad, "negative_eps", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), good_boxes(d, 2), {v, -1e-7}); },
+          {"eps", ">= 0"});
+  add_bad(bad, "nan_eps", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), good_boxes(d, 2), {v, kNaN}); }, {"eps", "finite"});
+  return bad;
+}
+
+std::vector<BadInputCase> loss_bad_inputs(BoxIouVariant v) {
+  const BoxIouLossParams p{v, LossReduction::kNone, 1e-7};
+  const BoxIouLossParams mean{v, LossReduction::kMean, 1e-7};
+  std::vector<BadInputCase> bad;
+  add_bad(bad, "boxes1_five_columns", [=](const at::Device& d) { box_iou_loss_forward(at::zeros({2, 5}, f32_on(d)), good_boxes(d, 2), p); },
+          {"boxes1", "[N, 4]", "[2, 5]"});
+  add_bad(bad, "boxes2_one_dimensional", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 1), good_boxes(d, 1).view({-1}), p); },
+          {"boxes2", "[N, 4]", "[4]"});
+  add_bad(bad, "different_box_counts", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 3), good_boxes(d, 2), p); },
+          {"same number of boxes", "3 and 2"});
+  add_bad(bad, "dtype_mismatch", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 2), good_boxes(d, 2).to(at::kHalf), p); },
+          {"boxes2 dtype", "boxes1 dtype"});
+  add_bad(bad, "integer_boxes", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 2).to(at::kLong), good_boxes(d, 2).to(at::kLong), p); },
+          {"boxes1", "float64, float32, float16 or bfloat16"});
+  add_bad(bad, "boxes2_on_other_device", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 2), other_device(good_boxes(d, 2), d), p); },
+          {"boxes1 and boxes2", "same device"});
+  add_bad(bad, "invalid_reduction", [=](const at::Device&) { make_box_iou_loss_params(v, "average", 1e-7); },
+          {"reduction", "'none', 'mean' or 'sum'", "'average'"});
+  add_bad(bad, "negative_eps", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 2), good_boxes(d, 2), {v, LossReduction::kSum, -1.0}); },
+          {"eps", ">= 0"});
+  add_bad(bad, "backward_grad_wrong_shape", [=](const at::Device& d) {
+        box_iou_loss_backward(at::ones({3}, f32_on(d)), good_boxes(d, 2), good_boxes(d, 2), p); }, {"grad", "[2]", "[3]"});
+  add_bad(bad, "backward_grad_not_scalar_for_mean", [=](const at::Device& d) {
+        box_iou_loss_backward(at::ones({2}, f32_on(d)), good_boxes(d, 2), good_boxes(d, 2), mean); }, {"grad", "0-d", "'mean'"});
+  add_bad(bad, "backward_grad_dtype_mismatch", [=](const at::Device& d) {
+        box_iou_loss_backward(at::ones({2}, f32_on(d).dtype(at::kHalf)), good_boxes(d, 2).to(at::kHalf),
+                              good_boxes(d, 2).to(at::kHalf), p); },
+          {"grad dtype", "Half", "must be the loss's dtype, Float"});
+  return bad;
+}
+
+// [0, 0, 2, 2] against [1, 1, 3, 3]: intersection 1, union 7, enclosing 3 x 3, centers sqrt(2) apart,
+// same aspect ratio (CIoU's v = 0). The expected values are worked out by hand.
+double expected_overlapping_squares(BoxIouVariant v) {
+  switch (v) {
+    case BoxIouVariant::kIoU: return 1.0 / 7;
+    case BoxIouVariant::kGIoU: return 1.0 / 7 - 2.0 / 9;
+    case BoxIouVariant::kDIoU:
+    case BoxIouVariant::kCIoU: return 1.0 / 7 - 2.0 / 18;
+  }
+  return kNaN;
+}
+
+void check_valid_value(const char* op, const at::Tensor& got, double expected) {
+  const double value = got.cpu().to(at::kDouble).reshape({-1})[0].item<double>();
+  TORCH_CHECK(std::abs(value - expected) < 1e-5, op, ": a valid call after the bad one returned ", value, ", expected ",
+              expected);
+}
+
+at::Tensor overlapping_square(const at::Device& d, float offset) {
+  return at::tensor({offset, offset, offset + 2.0f, offset + 2.0f}, at::TensorOptions().dtype(at::kFloat)).view({1, 4}).to(d);
+}
+
+OpSpec pairwise_spec(BoxIouVariant v) {
+  OpSpec spec;
+  spec.name = box_iou_pairwise_op_name(v);
+  spec.cases = pairwise_cases(v);
+  spec.bad_inputs = pairwise_bad_inputs(v);
+  spec.has_backward = false;
+  spec.valid_call = [v](const at::Device& d) {
+    check_valid_value(box_iou_pairwise_op_name(v),
+                      box_iou_pairwise(overlapping_square(d, 0), overlapping_square(d, 1), {v, 1e-7}),
+                      expected_overlapping_squares(v));
+  };
+  spec.determinism.backward_cpu = spec.determinism.backward_cuda = true;
+  spec.determinism.note = "forward only; every output element is computed and written by one thread";
+  return spec;
+}
+
+OpSpec loss_spec(BoxIouVariant v) {
+  OpSpec spec;
+  spec.name = box_iou_loss_op_name(v);
+  spec.cases = loss_cases(v);
+  spec.bad_inputs = loss_bad_inputs(v);
+  spec.valid_call = [v](const at::Device& d) {
+    check_valid_value(box_iou_loss_op_name(v),
+                      box_iou_loss_forward(overlapping_square(d, 0), overlapping_square(d, 1), {v, LossReduction::kMean, 1e-7}),
+                      1 - expected_overlapping_squares(v));
+  };
+  spec.determinism.backward_cuda = true;
+  spec.determinism.note =
+      "every per-pair loss and gradient is computed and written by one thread (no atomics); the 'mean' and 'sum' "
+      "reductions sum the fp32 / fp64 per-pair losses with ATen's sum, whose order is fixed for a given size and "
+      "device";
+  return spec;
+}
+
+OpSpec box_iou_spec() { return pairwise_spec(BoxIouVariant::kIoU); }
+OpSpec generalized_box_iou_spec() { return pairwise_spec(BoxIouVariant::kGIoU); }
+OpSpec distance_box_iou_spec() { return pairwise_spec(BoxIouVariant::kDIoU); }
+OpSpec complete_box_iou_spec() { return pairwise_spec(BoxIouVariant::kCIoU); }
+OpSpec iou_loss_spec() { return loss_spec(BoxIouVariant::kIoU); }
+OpSpec generalized_box_iou_loss_spec() { return loss_spec(BoxIouVariant::kGIoU); }
+OpSpec distance_box_iou_loss_spec() { return loss_spec(BoxIouVariant::kDIoU); }
+OpSpec complete_box_iou_loss_spec() { return loss_spec(BoxIouVariant::kCIoU); }
+
+DETOPS_REGISTER_OP_SPEC(box_iou_spec);
+DETOPS_REGISTER_OP_SPEC(generalized_box_iou_spec);
+DETOPS_REGISTER_OP_SPEC(distance_box_iou_spec);
+DETOPS_REGISTER_OP_SPEC(complete_box_iou_spec);
+DETOPS_REGISTER_OP_SPEC(iou_loss_spec);
+DETOPS_REGISTER_OP_SPEC(generalized_box_iou_loss_spec);
+DETOPS_REGISTER_OP_SPEC(distance_box_iou_loss_spec);
+DETOPS_REGISTER_OP_SPEC(complete_box_iou_loss_spec);
+
+}  // namespace
+}  // namespace detops

@@ -1,0 +1,392 @@
+"""torch.ops.detops box IoU family against torchvision.ops on the same inputs.
+
+Pairwise: box_iou, generalized_box_iou, distance_box_iou, complete_box_iou. Losses (forward and backward):
+generalized_box_iou_loss, distance_box_iou_loss, complete_box_iou_loss, and iou_loss (torchvision has none:
+its truth is 1 - inter / (union + eps) from torchvision's own _loss_inter_union). In every dtype the truth is
+torchvision in fp64 on our (rounded) inputs; in fp32 and fp64 ours must also match torchvision run in the
+same dtype.
+"""
+import math
+import zlib
+
+import pytest
+import torch
+
+from conftest import devices
+
+torchvision = pytest.importorskip("torchvision", reason="torchvision is not installed: no peer to compare against")
+from torchvision import ops as tv  # noqa: E402
+from torchvision.ops._utils import _loss_inter_union, _upcast_non_float  # noqa: E402
+
+detops = torch.ops.detops
+DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+# (atol, rtol) per dtype, as in the C++ harness table.
+TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 2e-3), torch.bfloat16: (8e-3, 1.6e-2)}
+
+PAIRWISE = {
+    "box_iou": (lambda a, b: detops.box_iou(a, b), tv.box_iou),
+    "generalized_box_iou": (lambda a, b: detops.generalized_box_iou(a, b), tv.generalized_box_iou),
+    "distance_box_iou": (lambda a, b: detops.distance_box_iou(a, b, 1e-7), lambda a, b: tv.distance_box_iou(a, b, 1e-7)),
+    "complete_box_iou": (lambda a, b: detops.complete_box_iou(a, b, 1e-7), lambda a, b: tv.complete_box_iou(a, b, 1e-7)),
+}
+
+
+def out_dtype(dtype):
+    """Ours, like torchvision, returns float32 for float16 / bfloat16 boxes (float64 for float64)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def tv_iou_loss(boxes1, boxes2, reduction="none", eps=1e-7):
+    """1 - IoU with the conventions of torchvision's other box losses (half-precision boxes upcast to float32)."""
+    boxes1, boxes2 = _upcast_non_float(boxes1), _upcast_non_float(boxes2)
+    inter, union = _loss_inter_union(boxes1, boxes2)
+    loss = 1 - inter / (union + eps)
+    if reduction == "mean":
+        return loss.mean() if loss.numel() > 0 else 0.0 * loss.sum()
+    return loss.sum() if reduction == "sum" else loss
+
+
+# Looked up at call time: conftest loads the library after this module is imported.
+LOSSES = {
+    "iou_loss": (lambda *a, **k: detops.iou_loss(*a, **k), tv_iou_loss),
+    "generalized_box_iou_loss": (lambda *a, **k: detops.generalized_box_iou_loss(*a, **k), tv.generalized_box_iou_loss),
+    "distance_box_iou_loss": (lambda *a, **k: detops.distance_box_iou_loss(*a, **k), tv.distance_box_iou_loss),
+    "complete_box_iou_loss": (lambda *a, **k: detops.complete_box_iou_loss(*a, **k), tv.complete_box_iou_loss),
+}
+
+
+def boxes_from(cx, cy, w, h):
+    return torch.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
+
+
+def random_boxes(g, n, c_lo=0.0, c_hi=100.0, s_lo=5.0, s_hi=40.0):
+    u = torch.rand(n, 4, generator=g, dtype=torch.float64)
+    return boxes_from(c_lo + (c_hi - c_lo) * u[:, 0], c_lo + (c_hi - c_lo) * u[:, 1],
+                      s_lo + (s_hi - s_lo) * u[:, 2], s_lo + (s_hi - s_lo) * u[:, 3])
+
+
+def integer_boxes(g, n, span=48, s_lo=2, s_hi=12):
+    xy = torch.randint(0, span, (n, 2), generator=g).double()
+    wh = torch.randint(s_lo, s_hi + 1, (n, 2), generator=g).double()
+    return torch.cat([xy, xy + wh], 1)
+
+
+def overlapping(g, n, c_lo=0.0, c_hi=100.0, s_lo=5.0, s_hi=40.0):
+    a = random_boxes(g, n, c_lo, c_hi, s_lo, s_hi)
+    w, h = a[:, 2] - a[:, 0], a[:, 3] - a[:, 1]
+    c = (a[:, :2] + a[:, 2:]) / 2 + torch.randn(n, 2, generator=g, dtype=torch.float64) * 0.4 * torch.stack([w, h], 1)
+    s = 0.5 + torch.rand(n, 2, generator=g, dtype=torch.float64)
+    return a, boxes_from(c[:, 0], c[:, 1], w * s[:, 0], h * s[:, 1])
+
+
+# Valid boxes (w, h > 0) in layouts where torchvision's result is finite: the parity cases.
+def pairwise_inputs(name, g):
+    if name == "random":
+        return random_boxes(g, 13), random_boxes(g, 17)
+    if name == "identical":
+        a = random_boxes(g, 9)
+        return a, a.clone()
+    if name == "disjoint":
+        b = random_boxes(g, 8)
+        b[:, [0, 2]] += 1000
+        return random_boxes(g, 6), b
+    if name == "nested":
+        a = random_boxes(g, 8, s_lo=10)
+        c, wh = (a[:, :2] + a[:, 2:]) / 2, a[:, 2:] - a[:, :2]
+        f = 0.2 + 0.7 * torch.rand(8, 2, generator=g, dtype=torch.float64)
+        return a, torch.cat([c - wh * f / 2, c + wh * f / 2], 1)
+    if name == "touching":
+        a = integer_boxes(g, 10)
+        b = a.clone()
+        b[:, [0, 2]] += (a[:, 2] - a[:, 0]).unsqueeze(1)  # b.x1 == a.x2
+        return a, b
+    if name == "large_1e4":
+        return random_boxes(g, 10, 1e4, 5e4, 300, 3000), random_boxes(g, 12, 1e4, 5e4, 300, 3000)
+    if name == "negative":
+        return random_boxes(g, 7, -200, -50), random_boxes(g, 5, -200, -50)
+    if name == "empty_n":
+        return random_boxes(g, 0), random_boxes(g, 4)
+    if name == "empty_m":
+        return random_boxes(g, 4), random_boxes(g, 0)
+    raise ValueError(name)
+
+
+PAIRWISE_LAYOUTS = ["random", "identical", "disjoint", "nested", "touching", "large_1e4", "negative", "empty_n", "empty_m"]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("layout", PAIRWISE_LAYOUTS)
+@pytest.mark.parametrize("op", list(PAIRWISE))
+def test_pairwise_matches_torchvision(device, layout, op):
+    ours_fn, tv_fn = PAIRWISE[op]
+    g = torch.Generator().manual_seed(zlib.crc32(f"{op}/{layout}".encode()))
+    a64, b64 = pairwise_inputs(layout, g)
+    for dtype in DTYPES:
+        a, b = a64.to(device, dtype), b64.to(device, dtype)
+        ours = ours_fn(a, b)
+        assert ours.dtype == out_dtype(dtype) == tv_fn(a, b).dtype and ours.shape == (a.shape[0], b.shape[0])
+        truth = tv_fn(a.double(), b.double())
+        atol, rtol = TOL[dtype]
+        torch.testing.assert_close(ours.double(), truth, atol=atol, rtol=rtol,
+                                   msg=lambda m: f"{op} {layout} {dtype} {device} vs torchvision fp64: {m}")
+        if dtype in (torch.float32, torch.float64):
+            same = tv_fn(a, b)
+            torch.testing.assert_close(ours, same, atol=atol, rtol=rtol,
+                                       msg=lambda m: f"{op} {layout} {dtype} {device} vs torchvision {dtype}: {m}")
+
+
+@pytest.mark.parametrize("device", devices())
+def test_fp16_areas_do_not_overflow(device):
+    """OPS.md regression: areas of fp16 boxes with 1e4-scale coordinates exceed 65504."""
+    g = torch.Generator().manual_seed(7)
+    a = random_boxes(g, 20, 1e4, 5e4, 300, 3000).half().to(device)
+    b = torch.cat([a[:10], random_boxes(g, 10, 1e4, 5e4, 300, 3000).half().to(device)])
+    assert ((a[:, 2] - a[:, 0]).float() * (a[:, 3] - a[:, 1]).float() > 65504).all()
+    for op, (ours_fn, tv_fn) in PAIRWISE.items():
+        ours = ours_fn(a, b)
+        assert torch.isfinite(ours).all(), op
+        torch.testing.assert_close(ours.double(), tv_fn(a.double(), b.double()), atol=1e-3, rtol=2e-3)
+        assert (ours.diagonal()[:10] == 1).all(), f"{op}: a box against itself"
+
+
+def degenerate_sets(g):
+    """Integer boxes cycling through valid, inverted x / y / both, zero width / height and points."""
+    out = []
+    for _ in range(2):
+        b = integer_boxes(g, 21, span=24, s_lo=1, s_hi=8)
+        for i in range(b.shape[0]):
+            k = i % 7
+            if k in (1, 3):
+                b[i, [0, 2]] = b[i, [2, 0]]
+            if k in (2, 3):
+                b[i, [1, 3]] = b[i, [3, 1]]
+            if k in (4, 6):
+                b[i, 2] = b[i, 0]
+            if k in (5, 6):
+                b[i, 3] = b[i, 1]
+        out.append(b)
+    return out
+
+
+@pytest.mark.parametrize("device", devices())
+def test_pairwise_degenerate_boxes_are_defined(device):
+    """Where torchvision divides by a zero (or eps-only) denominator, ours applies docs/ops/box_iou.md's rule
+    (the term is 0) and is never NaN; everywhere else it equals torchvision."""
+    g = torch.Generator().manual_seed(11)
+    a, b = degenerate_sets(g)
+    a, b = a.to(device), b.to(device)
+    w1, h1 = (a[:, 2] - a[:, 0])[:, None], (a[:, 3] - a[:, 1])[:, None]
+    w2, h2 = (b[:, 2] - b[:, 0])[None], (b[:, 3] - b[:, 1])[None]
+    iw = (torch.minimum(a[:, None, 2], b[None, :, 2]) - torch.maximum(a[:, None, 0], b[None, :, 0])).clamp(min=0)
+    ih = (torch.minimum(a[:, None, 3], b[None, :, 3]) - torch.maximum(a[:, None, 1], b[None, :, 1])).clamp(min=0)
+    union = w1 * h1 + w2 * h2 - iw * ih
+    cw = (torch.maximum(a[:, None, 2], b[None, :, 2]) - torch.minimum(a[:, None, 0], b[None, :, 0])).clamp(min=0)
+    ch = (torch.maximum(a[:, None, 3], b[None, :, 3]) - torch.minimum(a[:, None, 1], b[None, :, 1])).clamp(min=0)
+    no_aspect = ((w1 == 0) & (h1 == 0)) | ((w2 == 0) & (h2 == 0))
+    ruled = {
+        "box_iou": union <= 0,
+        "generalized_box_iou": (union <= 0) | (cw * ch <= 0),
+        "distance_box_iou": (union <= 0) | (cw * cw + ch * ch <= 0),
+        "complete_box_iou": (union <= 0) | (cw * cw + ch * ch <= 0) | no_aspect,
+    }
+    for op, (ours_fn, tv_fn) in PAIRWISE.items():
+        ours = ours_fn(a, b)
+        assert not torch.isnan(ours).any(), op
+        assert ruled[op].any() and not ruled[op].all(), f"{op}: the case must mix both kinds of pairs"
+        truth = tv_fn(a, b)
+        keep = ~ruled[op]
+        torch.testing.assert_close(ours[keep], truth[keep], atol=1e-12, rtol=1e-12, msg=lambda m: f"{op}: {m}")
+    # IoU is 0 wherever the union is <= 0 (torchvision: 0 / 0 = NaN for two zero-area boxes).
+    assert (detops.box_iou(a, b)[union <= 0] == 0).all()
+
+
+def test_pairwise_degenerate_values_by_hand():
+    point = torch.tensor([[1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    box = torch.tensor([[0.0, 0.0, 2.0, 2.0]], dtype=torch.float64)
+    for op, (ours_fn, _) in PAIRWISE.items():
+        assert ours_fn(point, point).item() == 0.0, op  # union 0, enclosing area 0, distance 0
+        assert ours_fn(point, box).item() == 0.0, op  # inside: no overlap area, enclosing = box, same center
+    nan_box = torch.tensor([[0.0, float("nan"), 2.0, 2.0]], dtype=torch.float64)
+    inf_box = torch.tensor([[0.0, 0.0, float("inf"), 2.0]], dtype=torch.float64)
+    for op, (ours_fn, _) in PAIRWISE.items():
+        assert torch.isnan(ours_fn(nan_box, box)).all() and torch.isnan(ours_fn(box, inf_box)).all(), op
+
+
+def loss_inputs(name, g):
+    if name == "overlapping":
+        return overlapping(g, 16)
+    if name == "disjoint":
+        a, b = random_boxes(g, 12), random_boxes(g, 12)
+        b[:, [0, 2]] += (a[:, 2] - b[:, 0] + 1 + 10 * torch.rand(12, generator=g, dtype=torch.float64)).unsqueeze(1)
+        return a, b
+    if name == "identical":  # every max / min ties: both split the gradient equally (torch.maximum's rule)
+        a = random_boxes(g, 10)
+        return a, a.clone()
+    if name == "touching":
+        a = integer_boxes(g, 10)
+        b = a.clone()
+        b[:, [0, 2]] += (a[:, 2] - a[:, 0]).unsqueeze(1)
+        return a, b
+    if name == "large_1e4":
+        return overlapping(g, 12, 1e4, 5e4, 300, 3000)
+    if name == "negative":
+        return overlapping(g, 12, -200, -50)
+    if name == "empty":
+        return random_boxes(g, 0), random_boxes(g, 0)
+    raise ValueError(name)
+
+
+LOSS_LAYOUTS = ["overlapping", "disjoint", "identical", "touching", "large_1e4", "negative", "empty"]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("layout", LOSS_LAYOUTS)
+@pytest.mark.parametrize("op", list(LOSSES))
+def test_loss_forward_and_backward_match_torchvision(device, reduction, layout, op):
+    ours_fn, tv_fn = LOSSES[op]
+    g = torch.Generator().manual_seed(zlib.crc32(f"{op}/{layout}/{reduction}".encode()))
+    a64, b64 = loss_inputs(layout, g)
+    for dtype in DTYPES:
+        a = a64.to(device, dtype).requires_grad_()
+        b = b64.to(device, dtype).requires_grad_()
+        ap, bp = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+        ours = ours_fn(a, b, reduction)
+        truth = tv_fn(ap, bp, reduction=reduction)
+        atol, rtol = TOL[dtype]
+        assert ours.dtype == out_dtype(dtype) == tv_fn(a, b, reduction=reduction).dtype
+        assert ours.shape == truth.shape
+        torch.testing.assert_close(ours.double(), truth, atol=atol, rtol=rtol,
+                                   msg=lambda m: f"{op} {layout} {reduction} {dtype} {device} forward: {m}")
+        # A non-uniform upstream gradient for 'none' (uniform ones come from .sum().backward() below).
+        up = torch.randn(truth.shape, generator=g, dtype=torch.float64)
+        grads = torch.autograd.grad(ours, (a, b), up.to(device, ours.dtype))
+        truth_grads = torch.autograd.grad(truth, (ap, bp), up.to(device))
+        for name, got, want in zip(("boxes1", "boxes2"), grads, truth_grads):
+            assert got.dtype == dtype
+            torch.testing.assert_close(got.double(), want, atol=atol, rtol=rtol,
+                                       msg=lambda m: f"{op} {layout} {reduction} {dtype} {device} d/d{name}: {m}")
+        if dtype in (torch.float32, torch.float64):
+            same = tv_fn(a.detach(), b.detach(), reduction=reduction)
+            torch.testing.assert_close(ours.detach(), same, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("op", list(LOSSES))
+def test_loss_sum_backward_gets_a_stride0_gradient(device, op):
+    ours_fn, tv_fn = LOSSES[op]
+    g = torch.Generator().manual_seed(5)
+    a64, b64 = overlapping(g, 9)
+    a, b = a64.to(device, copy=True).requires_grad_(), b64.to(device, copy=True).requires_grad_()
+    ap, bp = a64.clone().requires_grad_(), b64.clone().requires_grad_()
+    ours_fn(a, b).sum().backward()
+    tv_fn(ap, bp).sum().backward()
+    torch.testing.assert_close(a.grad.cpu(), ap.grad, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(b.grad.cpu(), bp.grad, atol=1e-10, rtol=1e-10)
+
+
+def test_complete_box_iou_loss_eps_only_enters_alpha():
+    """torchvision's complete_box_iou_loss passes no eps to its DIoU part (it keeps 1e-7 there); so do we."""
+    g = torch.Generator().manual_seed(3)
+    a, b = overlapping(g, 8)
+    for eps in (0.0, 0.5):
+        ours = detops.complete_box_iou_loss(a, b, "none", eps)
+        torch.testing.assert_close(ours, tv.complete_box_iou_loss(a, b, eps=eps), atol=1e-12, rtol=1e-12)
+    assert not torch.allclose(detops.complete_box_iou_loss(a, b, "none", 0.5), detops.complete_box_iou_loss(a, b))
+    torch.testing.assert_close(detops.distance_box_iou_loss(a, b, "none", 0.5), tv.distance_box_iou_loss(a, b, eps=0.5),
+                               atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("op", ["iou_loss", "generalized_box_iou_loss", "distance_box_iou_loss"])
+def test_loss_gradcheck_fp64(device, op):
+    """CIoU is left out: its backward holds alpha constant (torchvision's no_grad), so it is not the derivative
+    of its forward; test_loss_forward_and_backward_match_torchvision compares it with torchvision's backward."""
+    g = torch.Generator().manual_seed(17)
+    a, b = overlapping(g, 6)
+    a, b = a.to(device).requires_grad_(), b.to(device).requires_grad_()
+    for reduction in ("none", "mean", "sum"):
+        assert torch.autograd.gradcheck(lambda x, y: LOSSES[op][0](x, y, reduction), (a, b), eps=1e-6, atol=1e-5, rtol=1e-3)
+
+
+def test_bad_inputs_raise_clear_errors():
+    a = torch.rand(3, 4)
+    with pytest.raises(ValueError, match=r"boxes1 must be a 2-D tensor \[N, 4\]"):
+        detops.box_iou(torch.rand(3, 5), a)
+    with pytest.raises(ValueError, match=r"boxes2 must be a 2-D tensor \[M, 4\]"):
+        detops.generalized_box_iou(a, a.view(-1))
+    with pytest.raises(TypeError, match="boxes2 dtype"):
+        detops.distance_box_iou(a, a.double())
+    with pytest.raises(TypeError, match="boxes1 must be float64, float32, float16 or bfloat16"):
+        detops.complete_box_iou(a.int(), a.int())
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        detops.distance_box_iou(a, a, -1.0)
+    with pytest.raises(ValueError, match="reduction must be 'none', 'mean' or 'sum'; got 'avg'"):
+        detops.generalized_box_iou_loss(a, a, "avg")
+    with pytest.raises(ValueError, match="same number of boxes"):
+        detops.iou_loss(a, a[:2])
+    with pytest.raises(TypeError, match="boxes1 must be float64"):
+        detops.complete_box_iou_loss(a.long(), a.long())
+    # Still usable afterwards.
+    torch.testing.assert_close(detops.box_iou(a, a).diagonal(), tv.box_iou(a, a).diagonal())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device for a CPU / CUDA device mismatch")
+def test_device_mismatch_raises():
+    a = torch.rand(3, 4)
+    with pytest.raises(RuntimeError, match="boxes1 and boxes2 must be on the same device"):
+        detops.box_iou(a, a.cuda())
+    with pytest.raises(RuntimeError, match="boxes1 and boxes2 must be on the same device"):
+        detops.iou_loss(a.cuda(), a)
+
+
+def test_pairwise_ops_refuse_backward_clearly():
+    a = torch.rand(3, 4, dtype=torch.float64)
+    a[:, 2:] += a[:, :2] + 0.1
+    x = a.clone().requires_grad_()
+    for op, (ours_fn, _) in PAIRWISE.items():
+        out = ours_fn(x, a)
+        with pytest.raises(RuntimeError, match="forward only"):
+            out.sum().backward()
+    with torch.no_grad():
+        assert not detops.box_iou(x, a).requires_grad
+
+
+def test_loss_double_backward_is_refused_clearly():
+    g = torch.Generator().manual_seed(2)
+    a, b = overlapping(g, 4)
+    a.requires_grad_()
+    loss = detops.generalized_box_iou_loss(a, b, "sum")
+    (ga,) = torch.autograd.grad(loss, a, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward is not supported"):
+        ga.sum().backward()
+
+
+def test_defaults_match_torchvision_signatures():
+    g = torch.Generator().manual_seed(4)
+    a, b = overlapping(g, 5)
+    torch.testing.assert_close(detops.distance_box_iou(a, b), tv.distance_box_iou(a, b))
+    torch.testing.assert_close(detops.complete_box_iou(a, b), tv.complete_box_iou(a, b))
+    for op, (ours_fn, tv_fn) in LOSSES.items():
+        torch.testing.assert_close(ours_fn(a, b), tv_fn(a, b), msg=op)
+        torch.testing.assert_close(ours_fn(a, b, reduction="mean", eps=1e-6), tv_fn(a, b, reduction="mean", eps=1e-6), msg=op)
+
+
+def test_meta_tensors_give_shapes():
+    a, b = torch.empty(5, 4, device="meta"), torch.empty(7, 4, device="meta")
+    assert detops.box_iou(a, b).shape == (5, 7)
+    assert detops.complete_box_iou(a, b, 0.1).device.type == "meta"
+    assert detops.iou_loss(a, a).shape == (5,)
+    assert detops.complete_box_iou_loss(a, a, "mean").shape == ()
+    with pytest.raises(ValueError, match="reduction"):
+        detops.distance_box_iou_loss(a, a, "bogus")
+
+
+def test_empty_mean_is_zero_not_nan():
+    e = torch.empty(0, 4)
+    for op, (ours_fn, _) in LOSSES.items():
+        assert ours_fn(e, e, "mean").item() == 0.0, op
+        assert ours_fn(e, e, "sum").item() == 0.0, op
+        assert ours_fn(e, e).shape == (0,)
+    assert math.isclose(detops.iou_loss(torch.tensor([[0.0, 0, 2, 2]]), torch.tensor([[1.0, 1, 3, 3]]), "mean").item(),
+                        1 - 1 / (7 + 1e-7), rel_tol=1e-6)
