@@ -72,14 +72,19 @@ if(DETOPS_TORCH_VERSION)
   message(STATUS "DetOps: torch ${DETOPS_TORCH_VERSION} (CUDA ${DETOPS_TORCH_CUDA_VERSION}) matches nvcc ${CMAKE_CUDA_COMPILER_VERSION}")
 endif()
 
-# Torch's CMake files append their own -gencode list (and other flags) to CMAKE_CUDA_FLAGS; our
-# architectures come from CMAKE_CUDA_ARCHITECTURES alone, so the flags are restored afterwards.
+# Torch's CMake files append their own -gencode list (and other flags) to CMAKE_CUDA_FLAGS and set
+# CMAKE_CUDA_ARCHITECTURES to OFF (which would leave nvcc at its default, sm_75, so an H200 would JIT
+# every kernel from compute_75 PTX). Our architectures come from CMAKE_CUDA_ARCHITECTURES alone, so
+# both are restored afterwards; the kernel_images test checks the built library.
 set(_detops_saved_cuda_flags "${CMAKE_CUDA_FLAGS}")
+set(_detops_saved_cuda_archs "${CMAKE_CUDA_ARCHITECTURES}")
+unset(CMAKE_CUDA_ARCHITECTURES)  # torch warns that it ignores it; it is restored below
 if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")  # only silences torch's GPU auto-detection; not used for our code
 endif()
 find_package(Torch CONFIG QUIET)
 set(CMAKE_CUDA_FLAGS "${_detops_saved_cuda_flags}")
+set(CMAKE_CUDA_ARCHITECTURES "${_detops_saved_cuda_archs}")
 if(NOT Torch_FOUND)
   message(FATAL_ERROR "DetOps: libtorch (Torch) not found. Run scripts/setup.sh (installs torch==2.11.0 into .venv), or pass -DDETOPS_PYTHON=/path/to/python-with-torch or -DCMAKE_PREFIX_PATH=\"$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')\".")
 endif()
