@@ -11,16 +11,6 @@
 namespace detops::harness {
 namespace {
 
-at::ScalarType scalar_type_of(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat64: return at::kDouble;
-    case DType::kFloat32: return at::kFloat;
-    case DType::kFloat16: return at::kHalf;
-    case DType::kBFloat16: return at::kBFloat16;
-  }
-  throw std::invalid_argument("scalar_type_of: unknown dtype");
-}
-
 at::Device torch_device(Device d) { return d == Device::kCpu ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0); }
 
 std::string error_text(const std::exception& e) {
@@ -235,6 +225,16 @@ const std::string& cuda_unavailable_reason() {
     return count == 0 ? std::string("no CUDA device visible (cudaGetDeviceCount = 0)") : std::string();
   }();
   return reason;
+}
+
+at::ScalarType scalar_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return at::kDouble;
+    case DType::kFloat32: return at::kFloat;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+  }
+  throw std::invalid_argument("scalar_type_of: unknown dtype");
 }
 
 Tensors materialize_inputs(const Tensors& master, DType dtype, Device device) {

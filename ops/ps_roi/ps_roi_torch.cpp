@@ -11,6 +11,7 @@
 
 #include <cmath>
 
+#include "common/roi_checks.h"
 #include "common/torch_utils.h"
 
 namespace detops {
@@ -76,42 +77,6 @@ void check_channels(std::int64_t channels, const typename Op::Params& p) {
 }
 
 template <typename Op>
-void check_rois(const at::Tensor& rois, const char* like_name, const at::Tensor& like) {
-  TORCH_CHECK_VALUE(rois.dim() == 2 && rois.size(1) == 5, Op::kName,
-                    ": rois must be a 2-D tensor [K, 5] of (batch_index, x1, y1, x2, y2); got shape ",
-                    shape_string(rois.sizes()));
-  check_same_device(Op::kName, like_name, like, "rois", rois);
-  check_same_dtype(Op::kName, like_name, like, "rois", rois);
-}
-
-// Batch indices of CPU rois are checked before the op runs; CUDA rois are checked by the kernel itself
-// (see FirstInvalidRow), so no extra kernel or early sync is needed.
-template <typename Op>
-void check_cpu_batch_indices(const at::Tensor& rois_c, std::int64_t batch) {
-  const at::Tensor col = rois_c.select(1, 0).to(at::kDouble).contiguous();
-  const double* b = col.data_ptr<double>();
-  for (std::int64_t k = 0; k < col.numel(); ++k) {
-    TORCH_CHECK_INDEX(b[k] >= 0 && b[k] < static_cast<double>(batch), Op::kName, ": rois[", k, ", 0] = ", b[k],
-                      " is not a batch index of input: expected a value in [0, ", batch, ")");
-  }
-}
-
-template <typename Op>
-void raise_if_invalid(std::int64_t first_invalid, const at::Tensor& rois_c, std::int64_t batch) {
-  if (first_invalid < 0) return;
-  const double value = rois_c[first_invalid][0].item<double>();
-  TORCH_CHECK_INDEX(false, Op::kName, ": rois[", first_invalid, ", 0] = ", value,
-                    " is not a batch index of input: expected a value in [0, ", batch, ")");
-}
-
-template <typename Op>
-void check_nonempty_map(const PsRoiShape& s) {
-  TORCH_CHECK_VALUE(s.num_rois == 0 || s.channels == 0 || (s.height > 0 && s.width > 0), Op::kName,
-                    ": input height and width must be positive when rois is non-empty; got H=", s.height,
-                    ", W=", s.width);
-}
-
-template <typename Op>
 std::array<std::int64_t, 4> output_shape(const PsRoiShape& s, const typename Op::Params& p) {
   return {s.num_rois, s.channels / (p.pooled_height * p.pooled_width), p.pooled_height, p.pooled_width};
 }
@@ -122,11 +87,11 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& input, const at::Te
   TORCH_CHECK_VALUE(input.dim() == 4, Op::kName, ": input must be a 4-D tensor [N, C, H, W]; got shape ",
                     shape_string(input.sizes()));
   const DType dtype = floating_dtype_of(input, Op::kName, "input");
-  check_rois<Op>(rois, "input", input);
+  check_rois_tensor(Op::kName, rois, "input", input);
   check_params<Op>(params);
   const PsRoiShape s{input.size(0), input.size(1), input.size(2), input.size(3), rois.size(0)};
   check_channels<Op>(s.channels, params);
-  check_nonempty_map<Op>(s);
+  check_roi_feature_map(Op::kName, s.num_rois, s.channels, s.height, s.width);
   const auto shape = output_shape<Op>(s, params);
   at::Tensor output = at::empty(shape, input.options());
   at::Tensor channel_mapping = at::empty(shape, input.options().dtype(at::kInt));
@@ -141,10 +106,10 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& input, const at::Te
     FirstInvalidRow invalid(input, stream);
     args.first_invalid_roi = invalid.get();
     Op::launch_forward(params, args, dtype, stream);
-    raise_if_invalid<Op>(invalid.read(), rois_c, s.batch);
+    raise_if_invalid_roi(Op::kName, invalid.read(), rois_c, s.batch);
   } else {
     TORCH_CHECK(input.is_cpu(), Op::kName, ": input must be a CPU or CUDA tensor; got ", input.device());
-    check_cpu_batch_indices<Op>(rois_c, s.batch);
+    check_roi_batch_indices_cpu(Op::kName, rois_c, s.batch);
     Op::cpu_forward(params, args, dtype);
   }
   return {output, channel_mapping};
@@ -154,7 +119,7 @@ template <typename Op>
 at::Tensor backward(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& channel_mapping,
                     const typename Op::Params& params, std::array<std::int64_t, 4> input_shape) {
   const DType dtype = floating_dtype_of(grad, Op::kName, "grad");
-  check_rois<Op>(rois, "grad", grad);
+  check_rois_tensor(Op::kName, rois, "grad", grad);
   check_same_device(Op::kName, "grad", grad, "channel_mapping", channel_mapping);
   TORCH_CHECK_TYPE(channel_mapping.scalar_type() == at::kInt, Op::kName,
                    ": channel_mapping must be int32 (the forward's second output); got ", channel_mapping.scalar_type());
@@ -165,7 +130,7 @@ at::Tensor backward(const at::Tensor& grad, const at::Tensor& rois, const at::Te
   }
   const PsRoiShape s{input_shape[0], input_shape[1], input_shape[2], input_shape[3], rois.size(0)};
   check_channels<Op>(s.channels, params);
-  check_nonempty_map<Op>(s);
+  check_roi_feature_map(Op::kName, s.num_rois, s.channels, s.height, s.width);
   const auto expected = output_shape<Op>(s, params);
   TORCH_CHECK_VALUE(grad.sizes() == at::IntArrayRef(expected), Op::kName, ": grad must have shape ",
                     shape_string(expected), " (rois, channels / (pooled_height * pooled_width), pooled_height, "
@@ -185,10 +150,10 @@ at::Tensor backward(const at::Tensor& grad, const at::Tensor& rois, const at::Te
     FirstInvalidRow invalid(grad, stream);
     args.first_invalid_roi = invalid.get();
     Op::launch_backward(params, args, dtype, stream);
-    raise_if_invalid<Op>(invalid.read(), rois_c, s.batch);
+    raise_if_invalid_roi(Op::kName, invalid.read(), rois_c, s.batch);
   } else {
     TORCH_CHECK(grad.is_cpu(), Op::kName, ": grad must be a CPU or CUDA tensor; got ", grad.device());
-    check_cpu_batch_indices<Op>(rois_c, s.batch);
+    check_roi_batch_indices_cpu(Op::kName, rois_c, s.batch);
     Op::cpu_backward(params, args, dtype);
   }
   return grad_input_acc.scalar_type() == grad.scalar_type() ? grad_input_acc : grad_input_acc.to(grad.scalar_type());

@@ -269,22 +269,12 @@ std::vector<harness::BadInputCase> roi_align_bad_inputs() {
 constexpr std::int64_t kLargeSide = 46341;
 constexpr std::int64_t kCrop = 1024;
 
-at::ScalarType torch_scalar(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat64: return at::kDouble;
-    case DType::kFloat32: return at::kFloat;
-    case DType::kFloat16: return at::kHalf;
-    case DType::kBFloat16: return at::kBFloat16;
-  }
-  return at::kFloat;
-}
-
 harness::CheckResult check_large_input(DType dtype, bool backward) {
   harness::CheckResult r;
   const RoiAlignParams p{1.0, 7, 7, 2, true};
   const std::int64_t side = kLargeSide, far = kLargeSide - kCrop;
   const auto cuda = at::TensorOptions().device(at::kCUDA);
-  const at::ScalarType st = torch_scalar(dtype);
+  const at::ScalarType st = harness::scalar_type_of(dtype);
   // rows 0-1: near the far corner (row 1 reaches past the right edge); row 2: near the origin.
   const at::Tensor rois_cpu = at::tensor({0.0, 46080.0, 46080.0, 46336.0, 46336.0,  //
                                           0.0, 45824.0, 46080.0, 46592.0, 46336.0,  //
@@ -352,7 +342,7 @@ harness::CheckResult check_large_output(DType dtype, bool backward) {
   harness::CheckResult r;
   constexpr std::int64_t kRois = 43'830'000, kEdge = 1000, kSide = 64;
   const RoiAlignParams p{1.0, 7, 7, 2, true};
-  const at::ScalarType st = torch_scalar(dtype);
+  const at::ScalarType st = harness::scalar_type_of(dtype);
   const auto cuda = at::TensorOptions().device(at::kCUDA).dtype(st);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0x2A11'0B16);
   const auto f64 = at::TensorOptions().dtype(at::kDouble);

@@ -11,6 +11,7 @@
 
 #include <cmath>
 
+#include "common/roi_checks.h"
 #include "common/torch_utils.h"
 
 namespace detops {
@@ -27,40 +28,8 @@ void check_params(const RoiAlignParams& p) {
                     kRoiAlignMaxSamplingGrid, " (or <= 0 for an adaptive grid); got ", p.sampling_ratio);
 }
 
-void check_rois(const at::Tensor& rois, const at::Tensor& like) {
-  TORCH_CHECK_VALUE(rois.dim() == 2 && rois.size(1) == 5, kOp,
-                    ": rois must be a 2-D tensor [K, 5] of (batch_index, x1, y1, x2, y2); got shape ",
-                    shape_string(rois.sizes()));
-  check_same_device(kOp, "input", like, "rois", rois);
-  check_same_dtype(kOp, "input", like, "rois", rois);
-}
-
-// Batch indices of CPU rois are checked before the op runs; CUDA rois are checked by the kernel
-// itself (see FirstInvalidRow) so no extra kernel or early sync is needed.
-void check_cpu_batch_indices(const at::Tensor& rois_c, std::int64_t batch) {
-  const at::Tensor col = rois_c.select(1, 0).to(at::kDouble).contiguous();
-  const double* b = col.data_ptr<double>();
-  for (std::int64_t k = 0; k < col.numel(); ++k) {
-    TORCH_CHECK_INDEX(b[k] >= 0 && b[k] < static_cast<double>(batch), kOp, ": rois[", k, ", 0] = ", b[k],
-                      " is not a batch index of input: expected a value in [0, ", batch, ")");
-  }
-}
-
-void raise_if_invalid(std::int64_t first_invalid, const at::Tensor& rois_c, std::int64_t batch) {
-  if (first_invalid < 0) return;
-  const double value = rois_c[first_invalid][0].item<double>();
-  TORCH_CHECK_INDEX(false, kOp, ": rois[", first_invalid, ", 0] = ", value,
-                    " is not a batch index of input: expected a value in [0, ", batch, ")");
-}
-
 RoiAlignShape shape_of(std::array<std::int64_t, 4> in, std::int64_t num_rois) {
   return RoiAlignShape{in[0], in[1], in[2], in[3], num_rois};
-}
-
-void check_nonempty_map(const RoiAlignShape& s) {
-  TORCH_CHECK_VALUE(s.num_rois == 0 || s.channels == 0 || (s.height > 0 && s.width > 0), kOp,
-                    ": input height and width must be positive when rois is non-empty; got H=", s.height,
-                    ", W=", s.width);
 }
 
 }  // namespace
@@ -69,10 +38,10 @@ at::Tensor roi_align_forward(const at::Tensor& input, const at::Tensor& rois, co
   TORCH_CHECK_VALUE(input.dim() == 4, kOp, ": input must be a 4-D tensor [N, C, H, W]; got shape ",
                     shape_string(input.sizes()));
   const DType dtype = floating_dtype_of(input, kOp, "input");
-  check_rois(rois, input);
+  check_rois_tensor(kOp, rois, "input", input);
   check_params(params);
   const RoiAlignShape s = shape_of({input.size(0), input.size(1), input.size(2), input.size(3)}, rois.size(0));
-  check_nonempty_map(s);
+  check_roi_feature_map(kOp, s.num_rois, s.channels, s.height, s.width);
   at::Tensor output = at::empty({s.num_rois, s.channels, params.pooled_height, params.pooled_width}, input.options());
   if (output.numel() == 0) return output;
   const at::Tensor input_c = input.contiguous();
@@ -84,10 +53,10 @@ at::Tensor roi_align_forward(const at::Tensor& input, const at::Tensor& rois, co
     FirstInvalidRow invalid(input, stream);
     args.first_invalid_roi = invalid.get();
     launch_roi_align_forward(params, args, dtype, stream);
-    raise_if_invalid(invalid.read(), rois_c, s.batch);
+    raise_if_invalid_roi(kOp, invalid.read(), rois_c, s.batch);
   } else {
     TORCH_CHECK(input.is_cpu(), kOp, ": input must be a CPU or CUDA tensor; got ", input.device());
-    check_cpu_batch_indices(rois_c, s.batch);
+    check_roi_batch_indices_cpu(kOp, rois_c, s.batch);
     run_roi_align_forward_cpu(params, args, dtype, aten_parallel_for());
   }
   return output;
@@ -96,14 +65,14 @@ at::Tensor roi_align_forward(const at::Tensor& input, const at::Tensor& rois, co
 at::Tensor roi_align_backward(const at::Tensor& grad, const at::Tensor& rois, const RoiAlignParams& params,
                               std::array<std::int64_t, 4> input_shape) {
   const DType dtype = floating_dtype_of(grad, kOp, "grad");
-  check_rois(rois, grad);
+  check_rois_tensor(kOp, rois, "grad", grad);
   check_params(params);
   for (std::int64_t d : input_shape) {
     TORCH_CHECK_VALUE(d >= 0, kOp, ": input shape for the backward must be non-negative; got ",
                       shape_string(input_shape));
   }
   const RoiAlignShape s = shape_of(input_shape, rois.size(0));
-  check_nonempty_map(s);
+  check_roi_feature_map(kOp, s.num_rois, s.channels, s.height, s.width);
   const std::array<std::int64_t, 4> expected{s.num_rois, s.channels, params.pooled_height, params.pooled_width};
   TORCH_CHECK_VALUE(grad.sizes() == at::IntArrayRef(expected), kOp, ": grad must have shape ",
                     shape_string(expected), " (rois, channels, pooled_height, pooled_width); got ",
@@ -122,10 +91,10 @@ at::Tensor roi_align_backward(const at::Tensor& grad, const at::Tensor& rois, co
     FirstInvalidRow invalid(grad, stream);
     args.first_invalid_roi = invalid.get();
     launch_roi_align_backward(params, args, dtype, stream);
-    raise_if_invalid(invalid.read(), rois_c, s.batch);
+    raise_if_invalid_roi(kOp, invalid.read(), rois_c, s.batch);
   } else {
     TORCH_CHECK(grad.is_cpu(), kOp, ": grad must be a CPU or CUDA tensor; got ", grad.device());
-    check_cpu_batch_indices(rois_c, s.batch);
+    check_roi_batch_indices_cpu(kOp, rois_c, s.batch);
     run_roi_align_backward_cpu(params, args, dtype);
   }
   return grad_input_acc.scalar_type() == grad.scalar_type() ? grad_input_acc : grad_input_acc.to(grad.scalar_type());

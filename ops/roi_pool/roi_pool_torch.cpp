@@ -11,6 +11,7 @@
 #include <cmath>
 #include <string>
 
+#include "common/roi_checks.h"
 #include "common/torch_utils.h"
 
 namespace detops {
@@ -25,44 +26,16 @@ void check_params(const RoiPoolParams& p) {
                     ": spatial_scale must be a positive finite number; got ", p.spatial_scale);
 }
 
-void check_rois(const at::Tensor& rois, const char* like_name, const at::Tensor& like) {
-  TORCH_CHECK_VALUE(rois.dim() == 2 && rois.size(1) == 5, kOp,
-                    ": rois must be a 2-D tensor [K, 5] of (batch_index, x1, y1, x2, y2); got shape ",
-                    shape_string(rois.sizes()));
-  check_same_device(kOp, like_name, like, "rois", rois);
-  check_same_dtype(kOp, like_name, like, "rois", rois);
-}
-
 RoiPoolShape shape_of(std::array<std::int64_t, 4> in, std::int64_t num_rois) {
   return RoiPoolShape{in[0], in[1], in[2], in[3], num_rois};
 }
 
 void check_map(const RoiPoolShape& s) {
-  TORCH_CHECK_VALUE(s.num_rois == 0 || s.channels == 0 || (s.height > 0 && s.width > 0), kOp,
-                    ": input height and width must be positive when rois is non-empty; got H=", s.height,
-                    ", W=", s.width);
+  check_roi_feature_map(kOp, s.num_rois, s.channels, s.height, s.width);
   // Checked before any overflow: both are non-negative, so the product is tested by division.
   TORCH_CHECK_VALUE(s.width == 0 || s.height <= kRoiPoolMaxPlaneElements / s.width, kOp,
                     ": input height * width must be at most ", kRoiPoolMaxPlaneElements,
                     " because argmax is int32 (as in torchvision); got H=", s.height, ", W=", s.width);
-}
-
-// Batch indices of CPU rois are checked before the op runs; CUDA rois are checked by the kernel
-// itself (see FirstInvalidRow) so no extra kernel or early sync is needed.
-void check_cpu_batch_indices(const at::Tensor& rois_c, std::int64_t batch) {
-  const at::Tensor col = rois_c.select(1, 0).to(at::kDouble).contiguous();
-  const double* b = col.data_ptr<double>();
-  for (std::int64_t k = 0; k < col.numel(); ++k) {
-    TORCH_CHECK_INDEX(b[k] >= 0 && b[k] < static_cast<double>(batch), kOp, ": rois[", k, ", 0] = ", b[k],
-                      " is not a batch index of input: expected a value in [0, ", batch, ")");
-  }
-}
-
-void raise_if_invalid_roi(std::int64_t first_invalid, const at::Tensor& rois_c, std::int64_t batch) {
-  if (first_invalid < 0) return;
-  const double value = rois_c[first_invalid][0].item<double>();
-  TORCH_CHECK_INDEX(false, kOp, ": rois[", first_invalid, ", 0] = ", value,
-                    " is not a batch index of input: expected a value in [0, ", batch, ")");
 }
 
 [[noreturn]] void raise_invalid_argmax(std::int64_t flat, std::int32_t value, const at::Tensor& argmax,
@@ -91,7 +64,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward(const at::Tensor& input, con
   TORCH_CHECK_VALUE(input.dim() == 4, kOp, ": input must be a 4-D tensor [N, C, H, W]; got shape ",
                     shape_string(input.sizes()));
   const DType dtype = floating_dtype_of(input, kOp, "input");
-  check_rois(rois, "input", input);
+  check_rois_tensor(kOp, rois, "input", input);
   check_params(params);
   const RoiPoolShape s = shape_of({input.size(0), input.size(1), input.size(2), input.size(3)}, rois.size(0));
   check_map(s);
@@ -108,10 +81,10 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward(const at::Tensor& input, con
     FirstInvalidRow invalid(input, stream);
     args.first_invalid_roi = invalid.get();
     launch_roi_pool_forward(params, args, dtype, stream);
-    raise_if_invalid_roi(invalid.read(), rois_c, s.batch);
+    raise_if_invalid_roi(kOp, invalid.read(), rois_c, s.batch);
   } else {
     TORCH_CHECK(input.is_cpu(), kOp, ": input must be a CPU or CUDA tensor; got ", input.device());
-    check_cpu_batch_indices(rois_c, s.batch);
+    check_roi_batch_indices_cpu(kOp, rois_c, s.batch);
     run_roi_pool_forward_cpu(params, args, dtype, aten_parallel_for());
   }
   return {output, argmax};
@@ -120,7 +93,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward(const at::Tensor& input, con
 at::Tensor roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& argmax,
                              const RoiPoolParams& params, std::array<std::int64_t, 4> input_shape) {
   const DType dtype = floating_dtype_of(grad, kOp, "grad");
-  check_rois(rois, "grad", grad);
+  check_rois_tensor(kOp, rois, "grad", grad);
   check_params(params);
   for (std::int64_t d : input_shape) {
     TORCH_CHECK_VALUE(d >= 0, kOp, ": input shape for the backward must be non-negative; got ",
@@ -157,12 +130,12 @@ at::Tensor roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois, con
     args.first_invalid_roi = invalid_roi.get();
     args.first_invalid_argmax = invalid_argmax.get();
     launch_roi_pool_backward(params, args, dtype, stream);
-    raise_if_invalid_roi(invalid_roi.read(), rois_c, s.batch);
+    raise_if_invalid_roi(kOp, invalid_roi.read(), rois_c, s.batch);
     const std::int64_t bad = invalid_argmax.read();
     if (bad >= 0) raise_invalid_argmax(bad, argmax_c.view(-1)[bad].item<std::int32_t>(), argmax_c, plane_elements);
   } else {
     TORCH_CHECK(grad.is_cpu(), kOp, ": grad must be a CPU or CUDA tensor; got ", grad.device());
-    check_cpu_batch_indices(rois_c, s.batch);
+    check_roi_batch_indices_cpu(kOp, rois_c, s.batch);
     check_cpu_argmax(argmax_c, plane_elements);
     run_roi_pool_backward_cpu(params, args, dtype, aten_parallel_for());
   }

@@ -15,6 +15,9 @@ namespace detops::harness {
 bool cuda_available();
 const std::string& cuda_unavailable_reason();
 
+// The torch dtype of a DType.
+at::ScalarType scalar_type_of(DType dtype);
+
 // Rounds the master inputs to `dtype` on `device` (floating inputs only).
 Tensors materialize_inputs(const Tensors& master, DType dtype, Device device);
 
