@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <numeric>
 #include <sstream>
+#include <utility>
 
 namespace detops::harness {
 namespace {
@@ -107,6 +108,20 @@ CheckResult guarded(CheckResult r, Body&& body) {
   r.properties["outcome"] = outcome_name(r.outcome);
   if (!r.message.empty()) r.properties["message"] = r.message;
   return r;
+}
+
+// The common frame of a case check: the case's seed, dtype and device as properties; a skip (with
+// the case's or CUDA's reason) when the case cannot run on `device`; else `body`, guarded.
+template <typename Body>
+CheckResult run_case_check(const OpCase& c, const char* dtype, Device device, Body&& body) {
+  CheckResult r;
+  record_common(r, c, dtype, device);
+  if (const std::string why = skip_reason(c, device); !why.empty()) {
+    r.outcome = Outcome::kSkipped;
+    r.message = why;
+    return guarded(r, [](CheckResult&) {});
+  }
+  return guarded(r, std::forward<Body>(body));
 }
 
 bool all_bitwise_equal(const Tensors& a, const Tensors& b) {
@@ -246,14 +261,7 @@ Tensors materialize_inputs(const Tensors& master, DType dtype, Device device) {
 }
 
 CheckResult check_forward(const OpSpec& op, const OpCase& c, DType dtype, Device device) {
-  CheckResult r;
-  record_common(r, c, dtype_name(dtype), device);
-  if (const std::string why = skip_reason(c, device); !why.empty()) {
-    r.outcome = Outcome::kSkipped;
-    r.message = why;
-    return guarded(r, [](CheckResult&) {});
-  }
-  return guarded(r, [&](CheckResult& res) {
+  return run_case_check(c, dtype_name(dtype), device, [&](CheckResult& res) {
     const CaseData d = c.make(c.seed);
     const Tensors in = materialize_inputs(d.inputs, dtype, device);
     const Tensors out1 = d.op_forward(in);
@@ -272,14 +280,7 @@ CheckResult check_forward(const OpSpec& op, const OpCase& c, DType dtype, Device
 }
 
 CheckResult check_backward(const OpSpec& op, const OpCase& c, DType dtype, Device device) {
-  CheckResult r;
-  record_common(r, c, dtype_name(dtype), device);
-  if (const std::string why = skip_reason(c, device); !why.empty()) {
-    r.outcome = Outcome::kSkipped;
-    r.message = why;
-    return guarded(r, [](CheckResult&) {});
-  }
-  return guarded(r, [&](CheckResult& res) {
+  return run_case_check(c, dtype_name(dtype), device, [&](CheckResult& res) {
     const CaseData d = c.make(c.seed);
     const Tensors in = materialize_inputs(d.inputs, dtype, device);
     const Tensors out = d.op_forward(in);
@@ -305,14 +306,7 @@ CheckResult check_backward(const OpSpec& op, const OpCase& c, DType dtype, Devic
 }
 
 CheckResult check_gradient_finite_differences(const OpSpec& op, const OpCase& c, Device device) {
-  CheckResult r;
-  record_common(r, c, "fp64", device);
-  if (const std::string why = skip_reason(c, device); !why.empty()) {
-    r.outcome = Outcome::kSkipped;
-    r.message = why;
-    return guarded(r, [](CheckResult&) {});
-  }
-  return guarded(r, [&](CheckResult& res) {
+  return run_case_check(c, "fp64", device, [&](CheckResult& res) {
     const CaseData d = c.make(c.seed);
     if (!d.gradcheck_skip_reason.empty()) {
       res.outcome = Outcome::kSkipped;
