@@ -50,6 +50,14 @@ struct CaseData {
   std::function<Tensors(const Tensors& x, const Tensors& x0)> reference_gradient_target;
 
   std::string gradcheck_skip_reason;  // non-empty: finite differences do not apply to this case
+
+  // Optional: judges the op's forward outputs instead of comparing them element-wise with the
+  // reference's, for discrete outputs (NMS keep lists: exact where the case guarantees it, else a
+  // validity check). Called with the inputs as the reference sees them (fp64 on the CPU), the op's
+  // outputs and the reference's, and the dtype under test; returns one CompareResult per output.
+  std::function<std::vector<CompareResult>(const Tensors& inputs, const Tensors& outputs, const Tensors& reference,
+                                           DType dtype)>
+      judge_forward;
 };
 
 struct OpCase {

@@ -1,0 +1,22 @@
+#pragma once
+// NMS and batched NMS parameters (torchvision semantics). The one contract shared by the CUDA kernels,
+// the CPU implementation, the fp64 reference, the op spec and the torch binding.
+#include <cstdint>
+
+namespace detops {
+
+struct NmsParams {
+  // A box is suppressed by a kept, higher-ranked box whose IoU with it is strictly greater than this.
+  // In [0, 1] (checked by the binding).
+  double iou_threshold = 0.5;
+  // CUDA only: the most device memory one chunk of the suppression mask may take. The mask is built and
+  // consumed in chunks of rows of about this size, so 100,000 boxes need ~64 MiB instead of the 1.25 GB a
+  // whole N x N/64 mask would. Smaller values only make more (smaller) chunks; the result is the same.
+  // At least one 64-row block per chunk is always used.
+  std::int64_t mask_chunk_bytes = std::int64_t{64} << 20;
+};
+
+// Sorted positions are int32 (as is CUB's item count), so at most this many boxes.
+inline constexpr std::int64_t kNmsMaxBoxes = 2147483647;
+
+}  // namespace detops

@@ -1,0 +1,127 @@
+// torch.ops.detops.nms and torch.ops.detops.batched_nms: schemas and CPU/CUDA implementations. Same
+// argument names, order and results as torchvision.ops.nms / batched_nms, so they can replace them
+// unchanged. batched_nms is one pass in which IoU across classes is 0 (no coordinate-offset trick).
+#include "nms/nms_torch.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "common/torch_utils.h"
+#include "nms/nms.h"
+
+namespace detops {
+namespace {
+
+void check_inputs(const char* op, const at::Tensor& boxes, const at::Tensor& scores) {
+  TORCH_CHECK_VALUE(boxes.dim() == 2 && boxes.size(1) == 4, op,
+                    ": boxes must be a 2-D tensor [N, 4] of (x1, y1, x2, y2); got shape ", shape_string(boxes.sizes()));
+  floating_dtype_of(boxes, op, "boxes");
+  floating_dtype_of(scores, op, "scores");
+  TORCH_CHECK_VALUE(scores.dim() == 1 && scores.size(0) == boxes.size(0), op,
+                    ": scores must be a 1-D tensor [N] with one score per box (N = ", boxes.size(0),
+                    "); got shape ", shape_string(scores.sizes()));
+  check_same_device(op, "boxes", boxes, "scores", scores);
+  TORCH_CHECK(boxes.is_cpu() || boxes.is_cuda(), op, ": boxes must be a CPU or CUDA tensor; got ", boxes.device());
+  TORCH_CHECK_VALUE(boxes.size(0) <= kNmsMaxBoxes, op, ": at most ", kNmsMaxBoxes, " boxes are supported; got ",
+                    boxes.size(0));
+}
+
+void check_threshold(const char* op, double iou_threshold) {
+  TORCH_CHECK_VALUE(iou_threshold >= 0.0 && iou_threshold <= 1.0, op,
+                    ": iou_threshold must be a number in [0, 1]; got ", iou_threshold);
+}
+
+at::Tensor run(const char* op, const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& classes,
+               const NmsParams& params) {
+  const std::int64_t n = boxes.size(0);
+  const DType dtype = floating_dtype_of(boxes, op, "boxes");
+  const at::Tensor boxes_c = boxes.contiguous();
+  // Scores only rank the boxes: float64 scores are ranked as float64, all others as float32 (exact for
+  // float16 and bfloat16).
+  const bool scores_fp64 = scores.scalar_type() == at::kDouble;
+  const at::Tensor scores_c = scores_fp64 ? scores.contiguous() : scores.to(at::kFloat).contiguous();
+  at::Tensor keep = at::empty({n}, boxes.options().dtype(at::kLong));
+  NmsArgs args;
+  args.num_boxes = n;
+  args.boxes = boxes_c.data_ptr();
+  args.scores = scores_c.data_ptr();
+  args.scores_fp64 = scores_fp64;
+  args.classes = classes.defined() ? classes.data_ptr<std::int64_t>() : nullptr;
+  args.keep = keep.data_ptr<std::int64_t>();
+  std::int64_t num_kept = 0;
+  if (boxes.is_cuda()) {
+    c10::cuda::CUDAGuard guard(boxes.device());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(boxes.device().index()).stream();
+    at::Tensor count = at::empty({1}, boxes.options().dtype(at::kLong));
+    args.num_kept = count.data_ptr<std::int64_t>();
+    const std::size_t bytes = nms_cuda_workspace_bytes(params, n, dtype, scores_fp64, classes.defined());
+    at::Tensor workspace = at::empty({static_cast<std::int64_t>(bytes)}, boxes.options().dtype(at::kByte));
+    launch_nms(params, args, dtype, workspace.data_ptr(), bytes, stream);
+    // The keep list's length decides the output's shape: the one value read back.
+    DETOPS_CUDA_CHECK(cudaMemcpyAsync(&num_kept, args.num_kept, sizeof(num_kept), cudaMemcpyDeviceToHost, stream));
+    DETOPS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } else {
+    args.num_kept = &num_kept;
+    run_nms_cpu(params, args, dtype);
+  }
+  return keep.narrow(0, 0, num_kept);
+}
+
+}  // namespace
+
+at::Tensor nms_forward(const at::Tensor& boxes, const at::Tensor& scores, const NmsParams& params) {
+  check_inputs("nms", boxes, scores);
+  check_threshold("nms", params.iou_threshold);
+  return run("nms", boxes, scores, at::Tensor(), params);
+}
+
+at::Tensor batched_nms_forward(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,
+                               const NmsParams& params) {
+  constexpr const char* op = "batched_nms";
+  check_inputs(op, boxes, scores);
+  TORCH_CHECK_TYPE(at::isIntegralType(idxs.scalar_type(), /*includeBool=*/false), op,
+                   ": idxs must be an integer tensor (the class of each box); got ", idxs.scalar_type());
+  TORCH_CHECK_VALUE(idxs.dim() == 1 && idxs.size(0) == boxes.size(0), op,
+                    ": idxs must be a 1-D tensor [N] with one class per box (N = ", boxes.size(0), "); got shape ",
+                    shape_string(idxs.sizes()));
+  check_same_device(op, "boxes", boxes, "idxs", idxs);
+  check_threshold(op, params.iou_threshold);
+  return run(op, boxes, scores, idxs.to(at::kLong).contiguous(), params);
+}
+
+namespace {
+
+at::Tensor nms_kernel(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold) {
+  NmsParams params;
+  params.iou_threshold = iou_threshold;
+  return nms_forward(boxes, scores, params);
+}
+
+at::Tensor batched_nms_kernel(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,
+                              double iou_threshold) {
+  NmsParams params;
+  params.iou_threshold = iou_threshold;
+  return batched_nms_forward(boxes, scores, idxs, params);
+}
+
+}  // namespace
+}  // namespace detops
+
+TORCH_LIBRARY_FRAGMENT(detops, m) {
+  m.def("nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor");
+  m.def("batched_nms(Tensor boxes, Tensor scores, Tensor idxs, float iou_threshold) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(detops, CPU, m) {
+  m.impl("nms", &detops::nms_kernel);
+  m.impl("batched_nms", &detops::batched_nms_kernel);
+}
+
+TORCH_LIBRARY_IMPL(detops, CUDA, m) {
+  m.impl("nms", &detops::nms_kernel);
+  m.impl("batched_nms", &detops::batched_nms_kernel);
+}
