@@ -38,6 +38,9 @@ class Page(html.parser.HTMLParser):
         if tag in ("section", "header"):
             self.stack.append(a.get("id", "?"))
             self.section_text.setdefault(self.stack[-1], "")
+        if tag in ("td", "th", "tr", "p", "div", "h2", "h3", "span"):  # keep cells' texts apart
+            for sid in self.stack:
+                self.section_text[sid] += " "
         if tag == "tr" and a.get("id"):
             self.row_ids.append(a["id"])
         if tag == "svg":
@@ -172,3 +175,25 @@ def test_report_refuses_incomparable_and_invalid_records(demo, tmp_path, capsys)
     broken_path = sr.write(tmp_path / "broken.json", broken)
     assert report.main([str(broken_path), "-o", str(tmp_path / "y.html")]) == 2
     assert "context/detops/timer" in capsys.readouterr().err
+
+
+def test_report_cross_build_shows_labels_and_output_movement(tmp_path):
+    tests = [sr.correctness_test("roi_align.forward.tiny.fp32.cuda", atol=1e-5, rtol=1e-5)]
+    base = sr.make_record([("roi_align", "tiny", "fp32", "fwd", 0.1)], tests=tests, seed=1)
+    cand = sr.make_record([("roi_align", "tiny", "fp32", "fwd", 0.1)], tests=tests, seed=2, cuda=13010, nvcc="13.1.20")
+    paths = []
+    for name, rec, values in (("b", base, [1.0, 2.0]), ("c", cand, [1.0, 2.00001])):
+        rec["outputs"] = {"dir": "outputs", "index": "outputs/index.json"}
+        p = sr.write(tmp_path / name / "record.json", rec)
+        (p.parent / "outputs").mkdir()
+        (p.parent / "outputs" / "0.f64").write_bytes(bytes(memoryview(__import__("numpy").asarray(values, "<f8"))))
+        (p.parent / "outputs" / "index.json").write_text(json.dumps({"roi_align.forward.tiny.fp32.cuda": {
+            "file": "0.f64", "shape": [2], "dtype": "fp32", "elements_saved": 2, "subsampled": False}}))
+        paths.append(p)
+    out = tmp_path / "r.html"
+    assert report.main([str(paths[1]), "--baseline", str(paths[0]), "--cross-build", "-o", str(out)]) == 0
+    comp = parse(out).section_text["comparison"]
+    assert "CUDA 13.0 / driver 580.65.06 / torch 2.11.0 → CUDA 13.1 / driver 580.65.06 / torch 2.11.0" in comp
+    assert "Outputs between the builds" in comp
+    # |diff| 1e-5 over the tolerance 1e-5 + 1e-5 * 2 = 3e-5 at the moved element
+    assert "roi_align cuda fp32 1 0 1e-05 0.333 0" in " ".join(comp.split())
