@@ -81,12 +81,16 @@ detops_setup() {
       DETOPS_PYTHON="$DETOPS_ROOT/.venv/bin/python"
       detops_log "installing torch==$DETOPS_TORCH_VERSION (CUDA 13.0 wheel) and torchvision==$DETOPS_TORCHVISION_VERSION from PyPI into .venv"
       "$DETOPS_PYTHON" -m pip install -q --disable-pip-version-check --progress-bar off \
-        "torch==$DETOPS_TORCH_VERSION" "torchvision==$DETOPS_TORCHVISION_VERSION" numpy pytest ||
+        "torch==$DETOPS_TORCH_VERSION" "torchvision==$DETOPS_TORCHVISION_VERSION" numpy pytest jsonschema ||
         detops_die "pip install of torch==$DETOPS_TORCH_VERSION failed"
     fi
   fi
   "$DETOPS_PYTHON" -c 'import pytest' 2>/dev/null || "$DETOPS_PYTHON" -m pip install -q pytest ||
     detops_log "pytest unavailable for $DETOPS_PYTHON: the Python parity test will fail to start"
+  # jsonschema validates run records against docs/record.schema.json; without it (no network) the record
+  # tools and their tests say "skipped: jsonschema not installed".
+  "$DETOPS_PYTHON" -c 'import jsonschema' 2>/dev/null || "$DETOPS_PYTHON" -m pip install -q --disable-pip-version-check --retries 1 --timeout 10 jsonschema >/dev/null 2>&1 ||
+    detops_log "jsonschema unavailable for $DETOPS_PYTHON: record schema validation will be skipped"
   export DETOPS_PYTHON
   detops_log "python: $DETOPS_PYTHON (torch $(_detops_torch_report "$DETOPS_PYTHON"))"
 }

@@ -3,7 +3,14 @@ import pathlib
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed in this Python")
+try:
+    import torch
+except ImportError:  # the record tools' tests (test_compare.py, test_report.py) need no torch
+    torch = None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "no_detops_library: the test does not load libdetops_torch.so (needs no torch)")
 
 
 def _library_path():
@@ -18,13 +25,23 @@ def _library_path():
     return None
 
 
-@pytest.fixture(scope="session", autouse=True)
-def detops_library():
+@pytest.fixture(scope="session")
+def _loaded_detops_library():
+    if torch is None:
+        pytest.skip("torch is not installed in this Python")
     path = _library_path()
     if path is None or not path.exists():
         pytest.fail("libdetops_torch.so not found: build first (scripts/test.sh) or set DETOPS_TORCH_LIBRARY")
     torch.ops.load_library(str(path))
     return path
+
+
+@pytest.fixture(autouse=True)
+def detops_library(request):
+    """Loads libdetops_torch.so once, for every test not marked no_detops_library."""
+    if request.node.get_closest_marker("no_detops_library"):
+        return None
+    return request.getfixturevalue("_loaded_detops_library")
 
 
 def devices():
