@@ -1,5 +1,7 @@
 #include "detops/harness/checks.h"
 
+#include "detops/harness/output_dump.h"
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <cuda_runtime_api.h>
@@ -269,6 +271,10 @@ CheckResult check_forward(const OpSpec& op, const OpCase& c, DType dtype, Device
     const Tensors ref = d.reference_forward(reference_view(in));
     res.properties["input_shapes"] = shape_text(in);
     res.properties["output_shapes"] = shape_text(out1);
+    if (!out1.empty() && output_dump_enabled()) {
+      dump_output(op.name + ".forward." + c.name + "." + dtype_name(dtype) + "." + device_name(device), dtype_name(dtype),
+                  out1[0]);
+    }
     if (out1.size() != ref.size()) throw std::runtime_error("op and reference return different numbers of outputs");
     if (d.judge_forward) {
       res.comparisons = d.judge_forward(reference_view(in), out1, ref, dtype);
