@@ -11,6 +11,7 @@
 
 #include "box_iou/box_iou_torch.h"
 #include "detops/harness/eigen_bridge.h"
+#include "detops/harness/bench_inputs.h"
 #include "detops/harness/op_spec.h"
 #include "detops/reference/box_iou_reference.h"
 
@@ -675,6 +676,54 @@ at::Tensor overlapping_square(const at::Device& d, float offset) {
   return at::tensor({offset, offset, offset + 2.0f, offset + 2.0f}, at::TensorOptions().dtype(at::kFloat)).view({1, 4}).to(d);
 }
 
+// Benchmark cases (docs/benchmarks.md): pairwise on 4000 x 4000 boxes of an 800x1344 image (proposals
+// against anchors or ground truth); losses with reduction "sum" on 240,000 (prediction, target) pairs,
+// the order of a detector's positive anchors per batch.
+std::vector<harness::BenchCase> pairwise_benchmarks(BoxIouVariant v) {
+  const BoxIouParams params{v, 1e-7};
+  const std::uint64_t seed = 9401 + 10 * static_cast<std::uint64_t>(v);
+  harness::BenchCase bc;
+  bc.name = "boxes_4000x4000";
+  bc.shape = "boxes1[4000,4] boxes2[4000,4] -> [4000,4000]";
+  bc.bytes_note = "boxes1 + boxes2 + output (fp32 for fp16/bf16 boxes)";
+  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
+  bc.make = [=](DType dtype) {
+    const at::Tensor b1 = harness::bench_to_cuda(harness::bench_image_boxes(4000, seed), dtype);
+    const at::Tensor b2 = harness::bench_to_cuda(harness::bench_image_boxes(4000, seed + 1), dtype);
+    const at::Tensor out = box_iou_pairwise(b1, b2, params);
+    harness::BenchInstance inst;
+    inst.forward = [b1, b2, params] { (void)box_iou_pairwise(b1, b2, params); };
+    inst.bytes_forward = harness::bench_bytes(b1) + harness::bench_bytes(b2) + harness::bench_bytes(out);
+    return inst;
+  };
+  return {bc};
+}
+
+std::vector<harness::BenchCase> loss_benchmarks(BoxIouVariant v) {
+  const BoxIouLossParams params = make_box_iou_loss_params(v, "sum", 1e-7);
+  const std::uint64_t seed = 9501 + 10 * static_cast<std::uint64_t>(v);
+  const std::int64_t pairs = 240000;
+  harness::BenchCase bc;
+  bc.name = "pairs_240000_sum";
+  bc.shape = "boxes1[240000,4] boxes2[240000,4] reduction sum";
+  bc.bytes_note = "fwd: boxes1 + boxes2 + the 0-d loss; bwd: grad (0-d) + boxes1 + boxes2 + grad_boxes1 + grad_boxes2";
+  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
+  bc.make = [=](DType dtype) {
+    const auto [targets, predictions] = harness::bench_box_pairs(pairs, seed);
+    const at::Tensor b1 = harness::bench_to_cuda(predictions, dtype);
+    const at::Tensor b2 = harness::bench_to_cuda(targets, dtype);
+    const at::Tensor out = box_iou_loss_forward(b1, b2, params);
+    const at::Tensor grad = at::ones({}, out.options());
+    harness::BenchInstance inst;
+    inst.forward = [b1, b2, params] { (void)box_iou_loss_forward(b1, b2, params); };
+    inst.backward = [grad, b1, b2, params] { (void)box_iou_loss_backward(grad, b1, b2, params); };
+    inst.bytes_forward = harness::bench_bytes(b1) + harness::bench_bytes(b2) + harness::bench_bytes(out);
+    inst.bytes_backward = harness::bench_bytes(grad) + 4 * harness::bench_bytes(b1);
+    return inst;
+  };
+  return {bc};
+}
+
 OpSpec pairwise_spec(BoxIouVariant v) {
   OpSpec spec;
   spec.name = box_iou_pairwise_op_name(v);
@@ -688,6 +737,7 @@ OpSpec pairwise_spec(BoxIouVariant v) {
   };
   spec.determinism.backward_cpu = spec.determinism.backward_cuda = true;
   spec.determinism.note = "forward only; every output element is computed and written by one thread";
+  spec.benchmarks = pairwise_benchmarks(v);
   return spec;
 }
 
@@ -706,6 +756,7 @@ OpSpec loss_spec(BoxIouVariant v) {
       "every per-pair loss and gradient is computed and written by one thread (no atomics); the 'mean' and 'sum' "
       "reductions sum the fp32 / fp64 per-pair losses with ATen's sum, whose order is fixed for a given size and "
       "device";
+  spec.benchmarks = loss_benchmarks(v);
   return spec;
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "detops/harness/eigen_bridge.h"
+#include "detops/harness/bench_inputs.h"
 #include "detops/harness/op_spec.h"
 #include "detops/reference/ps_roi_reference.h"
 #include "ps_roi/ps_roi_torch.h"
@@ -453,6 +454,37 @@ const char* const kDeterminismNote =
     "CUDA backward scatters with atomicAdd, so the summation order (and the last bits of grad_input) can vary "
     "between runs; the forward and the CPU backward are deterministic.";
 
+// Benchmark cases (docs/benchmarks.md): R-FCN style position-sensitive pooling of 1000 rois on a
+// 490-channel (10 x 7 x 7) P2-sized map of an 800x1344 image.
+template <typename Params, typename Forward, typename Backward>
+std::vector<harness::BenchCase> ps_roi_benchmarks(const Params& params, const std::string& shape_suffix,
+                                                  std::uint64_t seed, Forward forward, Backward backward) {
+  const std::array<std::int64_t, 4> shape{2, 490, 200, 336};
+  harness::BenchCase bc;
+  bc.name = "rfcn_1000";
+  bc.shape = "x[2,490,200,336] rois[1000,5] 7x7 scale 1/4" + shape_suffix;
+  bc.bytes_note = "fwd: x + rois + output + channel_mapping (int32); bwd: grad_output + channel_mapping + rois + "
+                  "grad_input read and written (atomic scatter)";
+  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
+  bc.make = [=](DType dtype) {
+    const at::Tensor x = harness::bench_randn_cuda({shape.begin(), shape.end()}, dtype, seed);
+    const at::Tensor rois = harness::bench_to_cuda(harness::bench_image_rois(1000, shape[0], seed + 1), dtype);
+    const auto [out, mapping] = forward(x, rois, params);
+    const at::Tensor grad = harness::bench_randn_cuda(out.sizes().vec(), dtype, seed + 2);
+    harness::BenchInstance inst;
+    inst.forward = [x, rois, params, forward] { (void)forward(x, rois, params); };
+    inst.backward = [grad, rois, mapping = mapping, params, shape, backward] {
+      (void)backward(grad, rois, mapping, params, shape);
+    };
+    inst.bytes_forward = harness::bench_bytes(x) + harness::bench_bytes(rois) + harness::bench_bytes(out) +
+                         harness::bench_bytes(mapping);
+    inst.bytes_backward = harness::bench_bytes(grad) + harness::bench_bytes(mapping) + harness::bench_bytes(rois) +
+                          2 * harness::bench_bytes(x);
+    return inst;
+  };
+  return {bc};
+}
+
 OpSpec ps_roi_align_spec() {
   OpSpec spec;
   spec.name = "ps_roi_align";
@@ -467,6 +499,14 @@ OpSpec ps_roi_align_spec() {
                                                           {0.0, 2, 2, 2}, std::move(extra));
   spec.valid_call = valid_call<AlignOp, PsRoiAlignParams>("ps_roi_align", {1.0, 2, 2, 2});
   spec.determinism.note = kDeterminismNote;
+  spec.benchmarks = ps_roi_benchmarks(PsRoiAlignParams{0.25, 7, 7, 2}, " sr2", 9201,
+                                      [](const at::Tensor& x, const at::Tensor& r, const PsRoiAlignParams& p) {
+                                        return ps_roi_align_forward(x, r, p);
+                                      },
+                                      [](const at::Tensor& g, const at::Tensor& r, const at::Tensor& m,
+                                         const PsRoiAlignParams& p, std::array<std::int64_t, 4> s) {
+                                        return ps_roi_align_backward(g, r, m, p, s);
+                                      });
   return spec;
 }
 
@@ -478,6 +518,14 @@ OpSpec ps_roi_pool_spec() {
                                                         {0.0, 2, 2}, {});
   spec.valid_call = valid_call<PoolOp, PsRoiPoolParams>("ps_roi_pool", {1.0, 2, 2});
   spec.determinism.note = kDeterminismNote;
+  spec.benchmarks = ps_roi_benchmarks(PsRoiPoolParams{0.25, 7, 7}, "", 9301,
+                                      [](const at::Tensor& x, const at::Tensor& r, const PsRoiPoolParams& p) {
+                                        return ps_roi_pool_forward(x, r, p);
+                                      },
+                                      [](const at::Tensor& g, const at::Tensor& r, const at::Tensor& m,
+                                         const PsRoiPoolParams& p, std::array<std::int64_t, 4> s) {
+                                        return ps_roi_pool_backward(g, r, m, p, s);
+                                      });
   return spec;
 }
 

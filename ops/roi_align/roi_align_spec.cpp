@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "detops/harness/checks.h"
+#include "detops/harness/bench_inputs.h"
 #include "detops/harness/eigen_bridge.h"
 #include "detops/harness/op_spec.h"
 #include "detops/reference/roi_align_reference.h"
@@ -392,6 +393,40 @@ harness::CheckResult check_large_output(DType dtype, bool backward) {
   return r;
 }
 
+// Benchmark cases (docs/benchmarks.md): Faster/Mask R-CNN R50-FPN on an 800x1344 image, the P2 level
+// (x[2,256,200,336], spatial_scale 1/4), sampling_ratio 2, aligned.
+harness::BenchCase roi_align_bench_case(const std::string& name, std::int64_t num_rois, std::int64_t pooled,
+                                        std::uint64_t seed) {
+  const RoiAlignParams params{0.25, pooled, pooled, 2, true};
+  const std::array<std::int64_t, 4> shape{2, 256, 200, 336};
+  harness::BenchCase bc;
+  bc.name = name;
+  bc.shape = "x[2,256,200,336] rois[" + std::to_string(num_rois) + ",5] " + std::to_string(pooled) + "x" +
+             std::to_string(pooled) + " scale 1/4 sr2 aligned";
+  bc.bytes_note = "fwd: x + rois + output; bwd: grad_output + rois + grad_input read and written (atomic scatter)";
+  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
+  bc.make = [=](DType dtype) {
+    const at::Tensor x = harness::bench_randn_cuda({shape.begin(), shape.end()}, dtype, seed);
+    const at::Tensor rois = harness::bench_to_cuda(harness::bench_image_rois(num_rois, shape[0], seed + 1), dtype);
+    const at::Tensor out = roi_align_forward(x, rois, params);
+    const at::Tensor grad = harness::bench_randn_cuda(out.sizes().vec(), dtype, seed + 2);
+    harness::BenchInstance inst;
+    inst.forward = [x, rois, params] { (void)roi_align_forward(x, rois, params); };
+    inst.backward = [grad, rois, params, shape] { (void)roi_align_backward(grad, rois, params, shape); };
+    inst.bytes_forward = harness::bench_bytes(x) + harness::bench_bytes(rois) + harness::bench_bytes(out);
+    inst.bytes_backward = harness::bench_bytes(grad) + harness::bench_bytes(rois) + 2 * harness::bench_bytes(x);
+    return inst;
+  };
+  return bc;
+}
+
+std::vector<harness::BenchCase> roi_align_benchmarks() {
+  return {roi_align_bench_case("box_head_1000", 1000, 7, 9001),        // inference: 1000 rois, box head
+          roi_align_bench_case("box_head_train_1024", 1024, 7, 9011),  // training: 512 rois x 2 images
+          roi_align_bench_case("mask_head_100", 100, 14, 9021),        // inference: 100 detections, mask head
+          roi_align_bench_case("mask_head_512", 512, 14, 9031)};       // training-size mask head batch
+}
+
 OpSpec roi_align_spec() {
   OpSpec spec;
   spec.name = "roi_align";
@@ -420,6 +455,7 @@ OpSpec roi_align_spec() {
   spec.determinism.note =
       "CUDA backward scatters with atomicAdd, so the summation order (and the last bits of grad_input) can vary "
       "between runs; the forward and the CPU backward are deterministic.";
+  spec.benchmarks = roi_align_benchmarks();
   return spec;
 }
 

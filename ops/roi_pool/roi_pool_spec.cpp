@@ -10,6 +10,7 @@
 #include <string>
 
 #include "detops/harness/eigen_bridge.h"
+#include "detops/harness/bench_inputs.h"
 #include "detops/harness/op_spec.h"
 #include "detops/reference/roi_pool_reference.h"
 #include "roi_pool/roi_pool_torch.h"
@@ -455,6 +456,34 @@ std::vector<harness::BadInputCase> roi_pool_bad_inputs() {
   return bad;
 }
 
+// Benchmark case (docs/benchmarks.md): the Faster R-CNN box head on the P2 level of an 800x1344 image.
+std::vector<harness::BenchCase> roi_pool_benchmarks() {
+  const RoiPoolParams params{0.25, 7, 7};
+  const std::array<std::int64_t, 4> shape{2, 256, 200, 336};
+  const std::uint64_t seed = 9101;
+  harness::BenchCase bc;
+  bc.name = "box_head_1000";
+  bc.shape = "x[2,256,200,336] rois[1000,5] 7x7 scale 1/4";
+  bc.bytes_note = "fwd: x + rois + output + argmax (int32); bwd: grad_output + argmax + rois + grad_input read and "
+                  "written (atomic scatter)";
+  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
+  bc.make = [=](DType dtype) {
+    const at::Tensor x = harness::bench_randn_cuda({shape.begin(), shape.end()}, dtype, seed);
+    const at::Tensor rois = harness::bench_to_cuda(harness::bench_image_rois(1000, shape[0], seed + 1), dtype);
+    const auto [out, argmax] = roi_pool_forward(x, rois, params);
+    const at::Tensor grad = harness::bench_randn_cuda(out.sizes().vec(), dtype, seed + 2);
+    harness::BenchInstance inst;
+    inst.forward = [x, rois, params] { (void)roi_pool_forward(x, rois, params); };
+    inst.backward = [grad, rois, argmax = argmax, params, shape] { (void)roi_pool_backward(grad, rois, argmax, params, shape); };
+    inst.bytes_forward = harness::bench_bytes(x) + harness::bench_bytes(rois) + harness::bench_bytes(out) +
+                         harness::bench_bytes(argmax);
+    inst.bytes_backward = harness::bench_bytes(grad) + harness::bench_bytes(argmax) + harness::bench_bytes(rois) +
+                          2 * harness::bench_bytes(x);
+    return inst;
+  };
+  return {bc};
+}
+
 OpSpec roi_pool_spec() {
   OpSpec spec;
   spec.name = "roi_pool";
@@ -473,6 +502,7 @@ OpSpec roi_pool_spec() {
       "CUDA backward scatters with atomicAdd, so where several bins share a max element the summation order "
       "(and the last bits of grad_input) can vary between runs; the forward and the CPU backward (channels in "
       "parallel, each summed in a fixed order) are deterministic.";
+  spec.benchmarks = roi_pool_benchmarks();
   return spec;
 }
 

@@ -42,5 +42,24 @@ TEST(OpRegistry, CasesAreReproducibleFromTheirSeed) {
   }
 }
 
+TEST(OpRegistry, EveryOpDeclaresBenchmarkCases) {
+  const std::regex name_re("[A-Za-z0-9_]+");
+  for (const OpSpec& op : OpRegistry::instance().ops()) {
+    SCOPED_TRACE(op.name);
+    EXPECT_FALSE(op.benchmarks.empty()) << "no benchmark cases (docs/benchmarks.md)";
+    std::set<std::string> names;
+    for (const BenchCase& b : op.benchmarks) {
+      EXPECT_TRUE(std::regex_match(b.name, name_re)) << b.name;
+      EXPECT_TRUE(names.insert(b.name).second) << "duplicate benchmark case " << b.name;
+      EXPECT_FALSE(b.shape.empty()) << b.name;
+      EXPECT_FALSE(b.bytes_note.empty()) << b.name;
+      EXPECT_TRUE(static_cast<bool>(b.make)) << b.name;
+      // Every dtype the op supports, and only those.
+      EXPECT_EQ(std::set<DType>(b.dtypes.begin(), b.dtypes.end()), std::set<DType>(op.dtypes.begin(), op.dtypes.end()))
+          << b.name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace detops::harness

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "detops/harness/bench_spec.h"
 #include "detops/harness/check_result.h"
 #include "detops/harness/outcome.h"
 #include "detops/harness/tolerance.h"
@@ -99,6 +100,7 @@ struct OpSpec {
   std::map<DType, ToleranceScale> tolerance_scales;
   Determinism determinism;
   bool has_backward = true;
+  std::vector<BenchCase> benchmarks;  // timed by suites/bench (docs/benchmarks.md)
 
   Tolerance tolerance(DType dtype) const;
   bool declared_deterministic(Device device, bool backward) const;

@@ -1,0 +1,64 @@
+#pragma once
+// The sampling loop of one benchmark: warm-up, cold samples (L2 flushed before each, the flush not
+// timed), the stopping rule, throttled and dropped-record samples discarded. Part of
+// detops_bench_harness; no libtorch.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "detops/harness/bench/gpu_timer.h"
+#include "detops/harness/bench/nvml_device.h"
+#include "detops/harness/bench/stopping.h"
+
+namespace detops::harness::bench {
+
+struct MeasureSettings {
+  StoppingSettings stopping;
+  bool cold_l2 = true;
+  int repetitions = 9;
+  double throttle_fraction = 0.75;
+  int warmup_calls = 3;  // untimed calls (each after an L2 flush in cold mode) before sampling
+  int max_invalid_without_valid = 20;  // invalid samples in a row, before any valid one, that fail the benchmark
+};
+
+struct Measurement {
+  std::vector<double> samples_ms, span_samples_ms, sm_clocks_mhz;
+  std::string stop_reason;
+  double gpu_time_s = 0, wall_time_s = 0;
+  int kernels_per_call = -1;
+  std::vector<std::string> kernel_names;  // of the first valid sample
+  bool kernels_per_call_varied = false;
+  std::int64_t discarded_throttled = 0, discarded_dropped_records = 0, discarded_other = 0;
+  std::int64_t window_attributed_samples = 0;
+};
+
+// A device buffer of at least the L2 size (cudaDevAttrL2CacheSize, at least 1 MiB) that flush() clears
+// with cudaMemsetAsync, evicting the op's inputs from L2.
+class L2Flusher {
+ public:
+  explicit L2Flusher(int device);
+  ~L2Flusher();
+  L2Flusher(const L2Flusher&) = delete;
+  L2Flusher& operator=(const L2Flusher&) = delete;
+  void flush(cudaStream_t stream);
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* buffer_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Samples `call` until the stopping rule says stop. default_sm_clock_mhz <= 0 or an unavailable NVML
+// device: no throttle check. Throws std::runtime_error when the GPU work fails or no sample is valid.
+Measurement measure_call(const std::function<void()>& call, cudaStream_t stream, GpuTimer& timer,
+                         const NvmlDevice& nvml, double default_sm_clock_mhz, const MeasureSettings& settings,
+                         L2Flusher& flusher);
+
+// Device-to-device copy bandwidth in bytes/s (read + write bytes), median of `repeats` cudaMemcpyAsync
+// of `bytes` each, timed with CUDA events. Throws std::runtime_error (e.g. not enough memory).
+double measure_device_copy_bandwidth(std::size_t bytes, int repeats, cudaStream_t stream);
+
+}  // namespace detops::harness::bench

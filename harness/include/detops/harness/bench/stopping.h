@@ -1,0 +1,52 @@
+#pragma once
+// When to stop sampling one benchmark: nvbench's "stdrel" criterion with its defaults. Pure C++, fed
+// one valid sample at a time, so it is unit-tested on synthetic sequences.
+#include <cstdint>
+#include <deque>
+#include <optional>
+
+namespace detops::harness::bench {
+
+struct StoppingSettings {
+  std::int64_t min_samples = 10;
+  double min_gpu_time_s = 0.5;    // accumulated kernel time of the valid samples
+  double max_rel_stdev = 0.005;   // 0.5 %
+  double timeout_s = 15.0;        // wall time of the sampling loop
+  std::int64_t max_samples = 1000000;  // memory bound; stops very short kernels before the timeout
+};
+
+enum class StopReason { kConverged, kNoiseStoppedImproving, kTimeout, kMaxSamples };
+const char* stop_reason_name(StopReason reason);
+
+// Decision order (as nvbench's measure_cold): with at least min_samples and more than min_gpu_time_s
+// of GPU time, stop when the relative stdev of all samples is below max_rel_stdev ("converged"); or,
+// every 16th sample once more than 64 noise values are tracked, when the RMS deviation of the last 512
+// relative-stdev values from the current one is below 5% of it ("noise_stopped_improving"); then
+// max_samples; then the timeout.
+class StoppingRule {
+ public:
+  explicit StoppingRule(StoppingSettings settings = {});
+  void add(double sample_s);
+  std::optional<StopReason> decide(double elapsed_wall_s) const;
+
+  std::int64_t count() const { return count_; }
+  double total_s() const { return total_; }
+  double rel_stdev() const;  // of every sample so far; 0 before two samples
+
+  static constexpr std::size_t kNoiseWindow = 512;
+  static constexpr std::size_t kNoiseMinTracked = 64;
+  static constexpr std::int64_t kNoiseCheckEvery = 16;
+  static constexpr double kNoiseStableFraction = 0.05;
+
+ private:
+  StoppingSettings settings_;
+  std::int64_t count_ = 0;
+  double total_ = 0, mean_ = 0, m2_ = 0;  // Welford
+  std::deque<double> noise_;              // relative stdev after each sample (finite values only)
+};
+
+// nvbench's throttle rule: a sample taken at an SM clock below fraction * default clock is discarded.
+// Unknown clocks (<= 0) never discard.
+bool is_throttled(double sm_clock_mhz, double default_sm_clock_mhz, double fraction);
+
+}  // namespace detops::harness::bench

@@ -1,0 +1,136 @@
+#include "detops/harness/bench/measure.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "detops/harness/bench/stats.h"
+
+namespace detops::harness::bench {
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+L2Flusher::L2Flusher(int device) {
+  int l2 = 0;
+  check_cuda(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute(L2CacheSize)");
+  bytes_ = std::max<std::size_t>(static_cast<std::size_t>(l2) * 2, std::size_t{1} << 20);
+  check_cuda(cudaMalloc(&buffer_, bytes_), "cudaMalloc(L2 flush buffer)");
+}
+
+L2Flusher::~L2Flusher() {
+  if (buffer_ != nullptr) cudaFree(buffer_);
+}
+
+void L2Flusher::flush(cudaStream_t stream) {
+  check_cuda(cudaMemsetAsync(buffer_, 0, bytes_, stream), "cudaMemsetAsync(L2 flush)");
+}
+
+Measurement measure_call(const std::function<void()>& call, cudaStream_t stream, GpuTimer& timer,
+                         const NvmlDevice& nvml, double default_sm_clock_mhz, const MeasureSettings& settings,
+                         L2Flusher& flusher) {
+  Measurement m;
+  for (int i = 0; i < settings.warmup_calls; ++i) {
+    if (settings.cold_l2) flusher.flush(stream);
+    call();
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (warm-up)");
+  }
+
+  StoppingRule rule(settings.stopping);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::int64_t invalid_in_a_row = 0;
+  std::string last_invalid;
+  for (;;) {
+    if (settings.cold_l2) flusher.flush(stream);
+    const bool want_names = m.samples_ms.empty();
+    const KernelSample s = timer.time_call(call, stream, want_names);
+    const int clock = nvml.sm_clock_mhz();
+    if (!s.valid) {
+      if (s.dropped_records) {
+        ++m.discarded_dropped_records;
+      } else {
+        ++m.discarded_other;
+      }
+      last_invalid = s.invalid_reason;
+      if (m.samples_ms.empty() && ++invalid_in_a_row >= settings.max_invalid_without_valid) {
+        throw std::runtime_error("no valid sample in " + std::to_string(invalid_in_a_row) + " tries: " + last_invalid);
+      }
+    } else if (is_throttled(clock, default_sm_clock_mhz, settings.throttle_fraction)) {
+      ++m.discarded_throttled;
+    } else {
+      if (m.samples_ms.empty()) {
+        m.kernels_per_call = s.kernels;
+        m.kernel_names = s.names;
+      } else if (s.kernels != m.kernels_per_call) {
+        m.kernels_per_call_varied = true;
+      }
+      if (s.window_attribution) ++m.window_attributed_samples;
+      m.samples_ms.push_back(s.sum_ms);
+      m.span_samples_ms.push_back(s.span_ms);
+      if (clock > 0) m.sm_clocks_mhz.push_back(clock);
+      rule.add(s.sum_ms * 1e-3);
+    }
+    const auto reason = rule.decide(seconds_since(t0));
+    if (reason) {
+      m.stop_reason = stop_reason_name(*reason);
+      break;
+    }
+  }
+  m.wall_time_s = seconds_since(t0);
+  m.gpu_time_s = rule.total_s();
+  if (m.samples_ms.empty()) {
+    throw std::runtime_error("no valid sample before the stop (" + m.stop_reason + "): " +
+                             std::to_string(m.discarded_throttled) + " throttled, " +
+                             std::to_string(m.discarded_dropped_records) + " with dropped records" +
+                             (last_invalid.empty() ? std::string() : ", last invalid: " + last_invalid));
+  }
+  return m;
+}
+
+double measure_device_copy_bandwidth(std::size_t bytes, int repeats, cudaStream_t stream) {
+  void* src = nullptr;
+  void* dst = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  auto release = [&] {
+    if (src) cudaFree(src);
+    if (dst) cudaFree(dst);
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  };
+  try {
+    check_cuda(cudaMalloc(&src, bytes), "cudaMalloc(copy source)");
+    check_cuda(cudaMalloc(&dst, bytes), "cudaMalloc(copy destination)");
+    check_cuda(cudaMemsetAsync(src, 1, bytes, stream), "cudaMemsetAsync(copy source)");
+    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+    std::vector<double> rates;
+    for (int i = 0; i < repeats + 2; ++i) {  // the first two are warm-up
+      check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
+      check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync(D2D)");
+      check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
+      check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      float ms = 0;
+      check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      if (i >= 2 && ms > 0) rates.push_back(2.0 * static_cast<double>(bytes) / (ms * 1e-3));
+    }
+    release();
+    if (rates.empty()) throw std::runtime_error("device copy bandwidth: no timed copy");
+    return median_of(rates);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+}  // namespace detops::harness::bench

@@ -1,0 +1,105 @@
+#include "detops/harness/bench_inputs.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "detops/harness/checks.h"
+
+namespace detops::harness {
+namespace {
+
+struct Box {
+  double x1, y1, x2, y2;
+};
+
+Box random_box(std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double size = std::exp(std::log(16.0) + unit(rng) * (std::log(640.0) - std::log(16.0)));
+  const double aspect = std::exp(std::log(1.0 / 3.0) + unit(rng) * (std::log(3.0) - std::log(1.0 / 3.0)));
+  const double w = size / std::sqrt(aspect), h = size * std::sqrt(aspect);
+  const double cx = unit(rng) * kBenchImageWidth, cy = unit(rng) * kBenchImageHeight;
+  Box b{std::clamp(cx - w / 2, 0.0, kBenchImageWidth - 1), std::clamp(cy - h / 2, 0.0, kBenchImageHeight - 1),
+        std::clamp(cx + w / 2, 0.0, kBenchImageWidth), std::clamp(cy + h / 2, 0.0, kBenchImageHeight)};
+  b.x2 = std::max(b.x2, b.x1 + 1.0);
+  b.y2 = std::max(b.y2, b.y1 + 1.0);
+  return b;
+}
+
+at::Tensor cpu_f64(std::vector<std::int64_t> shape) { return at::empty(shape, at::TensorOptions().dtype(at::kDouble)); }
+
+}  // namespace
+
+at::Tensor bench_image_boxes(std::int64_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  at::Tensor t = cpu_f64({n, 4});
+  auto a = t.accessor<double, 2>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const Box b = random_box(rng);
+    a[i][0] = b.x1;
+    a[i][1] = b.y1;
+    a[i][2] = b.x2;
+    a[i][3] = b.y2;
+  }
+  return t;
+}
+
+at::Tensor bench_image_rois(std::int64_t k, std::int64_t images, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  at::Tensor t = cpu_f64({k, 5});
+  auto a = t.accessor<double, 2>();
+  const std::int64_t per_image = k / images, extra = k % images;
+  std::int64_t row = 0;
+  for (std::int64_t img = 0; img < images; ++img) {
+    const std::int64_t count = per_image + (img < extra ? 1 : 0);
+    for (std::int64_t j = 0; j < count; ++j, ++row) {
+      const Box b = random_box(rng);
+      a[row][0] = static_cast<double>(img);
+      a[row][1] = b.x1;
+      a[row][2] = b.y1;
+      a[row][3] = b.x2;
+      a[row][4] = b.y2;
+    }
+  }
+  return t;
+}
+
+std::pair<at::Tensor, at::Tensor> bench_box_pairs(std::int64_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  at::Tensor targets = cpu_f64({n, 4}), predictions = cpu_f64({n, 4});
+  auto t = targets.accessor<double, 2>();
+  auto p = predictions.accessor<double, 2>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const Box b = random_box(rng);
+    const double w = b.x2 - b.x1, h = b.y2 - b.y1;
+    t[i][0] = b.x1;
+    t[i][1] = b.y1;
+    t[i][2] = b.x2;
+    t[i][3] = b.y2;
+    p[i][0] = b.x1 + 0.1 * w * normal(rng);
+    p[i][1] = b.y1 + 0.1 * h * normal(rng);
+    p[i][2] = std::max(b.x2 + 0.1 * w * normal(rng), p[i][0] + 1.0);
+    p[i][3] = std::max(b.y2 + 0.1 * h * normal(rng), p[i][1] + 1.0);
+  }
+  return {targets, predictions};
+}
+
+at::Tensor bench_randn_cuda(const std::vector<std::int64_t>& shape, DType dtype, std::uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const at::Tensor values = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat));
+  return values.to(at::TensorOptions().device(at::kCUDA, 0).dtype(scalar_type_of(dtype)));
+}
+
+at::Tensor bench_to_cuda(const at::Tensor& master, DType dtype) {
+  return master.to(at::TensorOptions().device(at::kCUDA, 0).dtype(scalar_type_of(dtype))).contiguous();
+}
+
+std::int64_t bench_bytes(const at::Tensor& t) {
+  return t.numel() * static_cast<std::int64_t>(t.element_size());
+}
+
+}  // namespace detops::harness

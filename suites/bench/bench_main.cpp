@@ -1,0 +1,489 @@
+// detops_bench: one Google Benchmark per (op, benchmark case, dtype, direction) from the op-spec
+// registry, plus the calibration benchmark. Each benchmark runs once (Iterations(1), manual time): the
+// DetOps sampling loop inside it takes CUPTI kernel-time samples until the stopping rule says stop, and
+// Google Benchmark reports the median. The run record (docs/record-format.md) is rewritten atomically
+// after every benchmark. Exit 77 without a usable GPU, 2 on bad flags, 1 when a benchmark failed.
+#include <benchmark/benchmark.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "detops/harness/bench/calibration.h"
+#include "detops/harness/bench/correctness_digest.h"
+#include "detops/harness/bench/gpu_timer.h"
+#include "detops/harness/bench/measure.h"
+#include "detops/harness/bench/provenance.h"
+#include "detops/harness/bench/record.h"
+#include "detops/harness/bench/stats.h"
+#include "detops/harness/checks.h"
+#include "detops/harness/device_facts.h"
+#include "detops/harness/op_spec.h"
+
+namespace detops::harness::bench {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kCalibrationCase = "fma_chain";
+
+struct Flags {
+  std::string record;
+  std::vector<std::string> correctness_json;
+  bool warm = false;
+  double min_time_s = 0.5;
+  int repetitions = 9;
+  double timeout_s = 15.0;
+  double calibration_work = 1.0;
+  bool metrics = false;
+  std::string filter;  // Google Benchmark's --benchmark_filter, applied here to our names
+};
+
+double parse_number(const std::string& flag, const std::string& text) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw std::invalid_argument(flag + " expects a number; got '" + text + "'");
+  return v;
+}
+
+// Takes the --detops_* flags and --benchmark_filter out of argv; the rest is for Google Benchmark.
+Flags parse_flags(int& argc, char** argv) {
+  Flags f;
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value_of = [&](const std::string& name) -> std::optional<std::string> {
+      const std::string prefix = "--" + name + "=";
+      if (a.rfind(prefix, 0) == 0) return a.substr(prefix.size());
+      return std::nullopt;
+    };
+    if (auto v = value_of("detops_record")) {
+      f.record = *v;
+    } else if (auto v2 = value_of("detops_correctness_json")) {
+      f.correctness_json.push_back(*v2);
+    } else if (a == "--detops_warm" || a == "--detops_warm=true") {
+      f.warm = true;
+    } else if (a == "--detops_metrics" || a == "--detops_metrics=true") {
+      f.metrics = true;
+    } else if (auto v3 = value_of("detops_min_time_s")) {
+      f.min_time_s = parse_number("--detops_min_time_s", *v3);
+      if (!(f.min_time_s >= 0)) throw std::invalid_argument("--detops_min_time_s must be >= 0; got " + *v3);
+    } else if (auto v4 = value_of("detops_repetitions")) {
+      const double r = parse_number("--detops_repetitions", *v4);
+      if (!(r >= 1 && r <= 1000 && r == static_cast<int>(r))) {
+        throw std::invalid_argument("--detops_repetitions must be an integer in [1, 1000]; got " + *v4);
+      }
+      f.repetitions = static_cast<int>(r);
+    } else if (auto v5 = value_of("detops_timeout_s")) {
+      f.timeout_s = parse_number("--detops_timeout_s", *v5);
+      if (!(f.timeout_s > 0)) throw std::invalid_argument("--detops_timeout_s must be > 0; got " + *v5);
+    } else if (auto v6 = value_of("detops_calibration_work")) {
+      f.calibration_work = parse_number("--detops_calibration_work", *v6);
+      if (!(f.calibration_work > 0 && f.calibration_work <= 100)) {
+        throw std::invalid_argument("--detops_calibration_work must be in (0, 100]; got " + *v6);
+      }
+    } else if (auto v7 = value_of("benchmark_filter")) {
+      f.filter = *v7;
+    } else if (a.rfind("--detops_", 0) == 0) {
+      throw std::invalid_argument("unknown flag " + a +
+                                  " (known: --detops_record, --detops_correctness_json, --detops_warm, "
+                                  "--detops_min_time_s, --detops_repetitions, --detops_timeout_s, "
+                                  "--detops_calibration_work, --detops_metrics)");
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  argc = out;
+  argv[argc] = nullptr;
+  return f;
+}
+
+// Google Benchmark's filter semantics: a regex searched in the name; a leading '-' negates it.
+class NameFilter {
+ public:
+  explicit NameFilter(std::string spec) {
+    if (!spec.empty() && spec[0] == '-') {
+      negate_ = true;
+      spec.erase(0, 1);
+    }
+    if (spec.empty() || spec == "all" || spec == ".") return;
+    regex_ = std::regex(spec);
+  }
+  bool matches(const std::string& name) const {
+    const bool hit = !regex_ || std::regex_search(name, *regex_);
+    return negate_ ? !hit : hit;
+  }
+
+ private:
+  std::optional<std::regex> regex_;
+  bool negate_ = false;
+};
+
+struct Job {
+  std::string name;
+  const OpSpec* op = nullptr;  // null: the calibration benchmark
+  const BenchCase* bench_case = nullptr;
+  DType dtype = DType::kFloat32;
+  bool backward = false;
+  int family_index = 0;
+};
+
+class Runner {
+ public:
+  Runner(Flags flags, cudaStream_t stream) : flags_(std::move(flags)), stream_(stream) {}
+
+  void init(std::ostream& log) {
+    timer_ = make_gpu_timer(&timer_note_);
+    if (std::string(timer_->name()) != "cupti") {
+      log << "detops_bench: CUPTI unavailable, timing with CUDA events: " << timer_note_ << "\n";
+    }
+    const json facts = device_facts();
+    nvml_ = std::make_unique<NvmlDevice>(facts["gpu"].value("uuid", std::string()));
+    default_clock_mhz_ = nvml_->default_sm_clock_mhz();
+    if (default_clock_mhz_ <= 0) {
+      int khz = 0;
+      if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) == cudaSuccess && khz > 0) default_clock_mhz_ = khz / 1000.0;
+      cudaGetLastError();
+    }
+    if (!nvml_->available()) log << "detops_bench: NVML unavailable (SM clock not observed, no throttle check): " << nvml_->reason() << "\n";
+    flusher_ = std::make_unique<L2Flusher>(0);
+    try {
+      copy_bandwidth_ = measure_device_copy_bandwidth(std::size_t{1} << 30, 10, stream_);
+    } catch (const std::exception& e) {
+      copy_bandwidth_ = 0;
+      copy_bandwidth_note_ = e.what();
+      log << "detops_bench: device copy bandwidth not measured: " << e.what() << "\n";
+    }
+    settings_.stopping.min_gpu_time_s = flags_.min_time_s;
+    settings_.stopping.timeout_s = flags_.timeout_s;
+    settings_.cold_l2 = !flags_.warm;
+    settings_.repetitions = flags_.repetitions;
+  }
+
+  json provenance() const {
+    ProvenanceInputs in;
+    in.timer = timer_->name();
+    in.timer_note = timer_note_;
+    in.device_copy_bandwidth = copy_bandwidth_;
+    in.settings = {{"cold_l2", settings_.cold_l2},
+                   {"l2_flush_bytes", flusher_->bytes()},
+                   {"min_samples", settings_.stopping.min_samples},
+                   {"min_gpu_time_s", settings_.stopping.min_gpu_time_s},
+                   {"max_rel_stdev", settings_.stopping.max_rel_stdev},
+                   {"timeout_s", settings_.stopping.timeout_s},
+                   {"max_samples", settings_.stopping.max_samples},
+                   {"repetitions", settings_.repetitions},
+                   {"throttle_fraction", settings_.throttle_fraction},
+                   {"default_sm_clock_mhz_used", default_clock_mhz_ > 0 ? json(default_clock_mhz_) : json()},
+                   {"warmup", std::to_string(settings_.warmup_calls) + " untimed calls before sampling" +
+                                  (settings_.cold_l2 ? ", each after an L2 flush" : "")},
+                   {"calibration_work", flags_.calibration_work},
+                   {"hardware_metrics_requested", flags_.metrics}};
+    if (!copy_bandwidth_note_.empty()) in.settings["device_copy_bandwidth_error"] = copy_bandwidth_note_;
+    return run_provenance(in, *nvml_);
+  }
+
+  BenchmarkResult run(const Job& job) {
+    BenchmarkResult r;
+    r.direction = job.backward ? "bwd" : "fwd";
+    r.timer = timer_->name();
+    r.family_index = job.family_index;
+    r.repetitions = settings_.repetitions;
+    r.device_copy_bandwidth = copy_bandwidth_;
+    r.hardware_metrics = flags_.metrics
+                             ? json{{"status", "skipped"},
+                                    {"reason", "the Range Profiler pass is not implemented in this build"}}
+                             : json{{"status", "skipped"}, {"reason", "not requested"}};
+    try {
+      std::function<void()> call;
+      if (job.op == nullptr) {
+        r.op = "calibration";
+        r.case_name = kCalibrationCase;
+        r.dtype = "fp32";
+        calibration_ = std::make_unique<CalibrationKernel>(0, flags_.calibration_work);
+        r.shape = calibration_->shape();
+        r.bytes_moved = calibration_->bytes();
+        r.extra = {{"calibration_work", flags_.calibration_work}, {"chain_length", calibration_->chain_length()}};
+        CalibrationKernel* k = calibration_.get();
+        cudaStream_t s = stream_;
+        call = [k, s] { k->launch(s); };
+      } else {
+        r.op = job.op->name;
+        r.case_name = job.bench_case->name;
+        r.dtype = dtype_name(job.dtype);
+        r.shape = job.bench_case->shape;
+        r.extra = {{"bytes_note", job.bench_case->bytes_note}};
+        const BenchInstance& inst = instance(job);
+        call = job.backward ? inst.backward : inst.forward;
+        r.bytes_moved = job.backward ? inst.bytes_backward : inst.bytes_forward;
+        if (!call) throw std::runtime_error("the benchmark case declares no " + r.direction + " call");
+      }
+      const Measurement m = measure_call(call, stream_, *timer_, *nvml_, default_clock_mhz_, settings_, *flusher_);
+      r.samples_ms = m.samples_ms;
+      r.span_samples_ms = m.span_samples_ms;
+      r.sm_clocks_mhz = m.sm_clocks_mhz;
+      r.stop_reason = m.stop_reason;
+      r.gpu_time_s = m.gpu_time_s;
+      r.wall_time_s = m.wall_time_s;
+      r.kernels_per_call = m.kernels_per_call;
+      r.kernel_names = m.kernel_names;
+      r.discarded_throttled = m.discarded_throttled;
+      r.discarded_dropped_records = m.discarded_dropped_records;
+      r.extra["discarded_invalid_other"] = m.discarded_other;
+      r.extra["kernels_per_call_varied"] = m.kernels_per_call_varied;
+      r.extra["window_attributed_samples"] = m.window_attributed_samples;
+    } catch (const std::exception& e) {
+      r.error = e.what();
+      cudaGetLastError();
+    }
+    if (job.op == nullptr) calibration_.reset();
+    return r;
+  }
+
+ private:
+  // The instance of the job's (op, case, dtype), built once and shared by its fwd and bwd benchmarks.
+  const BenchInstance& instance(const Job& job) {
+    const std::string key = job.op->name + "/" + job.bench_case->name + "/" + dtype_name(job.dtype);
+    if (key != instance_key_ || !instance_) {
+      instance_.reset();  // free the previous inputs first
+      instance_key_.clear();
+      instance_ = std::make_unique<BenchInstance>(job.bench_case->make(job.dtype));
+      instance_key_ = key;
+      const cudaError_t e = cudaDeviceSynchronize();
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        throw std::runtime_error(std::string("building the inputs failed: ") + cudaGetErrorString(e));
+      }
+    }
+    return *instance_;
+  }
+
+  Flags flags_;
+  cudaStream_t stream_;
+  std::unique_ptr<GpuTimer> timer_;
+  std::string timer_note_;
+  std::unique_ptr<NvmlDevice> nvml_;
+  double default_clock_mhz_ = -1;
+  std::unique_ptr<L2Flusher> flusher_;
+  double copy_bandwidth_ = 0;
+  std::string copy_bandwidth_note_;
+  MeasureSettings settings_;
+  std::unique_ptr<BenchInstance> instance_;
+  std::string instance_key_;
+  std::unique_ptr<CalibrationKernel> calibration_;
+};
+
+// Google Benchmark's own context fields, as its JSON reporter writes them.
+json google_benchmark_context(const benchmark::BenchmarkReporter::Context& context) {
+  std::ostringstream out, err;
+  benchmark::JSONReporter json_reporter;
+  json_reporter.SetOutputStream(&out);
+  json_reporter.SetErrorStream(&err);
+  json_reporter.ReportContext(context);
+  try {
+    const json j = json::parse(out.str() + "]}");
+    return j.value("context", json::object());
+  } catch (const std::exception& e) {
+    return {{"detops_note", std::string("Google Benchmark's context could not be read: ") + e.what()}};
+  }
+}
+
+// Console output as usual, plus the record: rewritten after every benchmark, complete at the end.
+class RecordReporter : public benchmark::ConsoleReporter {
+ public:
+  RecordReporter(std::string path, json detops_context, json correctness, std::vector<BenchmarkResult>* pending)
+      : path_(std::move(path)), detops_context_(std::move(detops_context)), correctness_(std::move(correctness)),
+        pending_(pending) {}
+
+  bool ReportContext(const Context& context) override {
+    record_ = std::make_unique<RunRecord>(google_benchmark_context(context), detops_context_);
+    record_->set_correctness(correctness_);
+    write();
+    return ConsoleReporter::ReportContext(context);
+  }
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const BenchmarkResult& r : *pending_) {
+      if (record_) record_->add(r);
+    }
+    pending_->clear();
+    write();
+  }
+
+  void Finalize() override {
+    if (record_) record_->set_complete(true);
+    write();
+    ConsoleReporter::Finalize();
+  }
+
+  bool write_failed() const { return write_failed_; }
+
+ private:
+  void write() {
+    if (path_.empty() || !record_) return;
+    try {
+      record_->write(path_);
+    } catch (const std::exception& e) {
+      write_failed_ = true;
+      std::cerr << "detops_bench: " << e.what() << "\n";
+    }
+  }
+
+  std::string path_;
+  json detops_context_, correctness_;
+  std::vector<BenchmarkResult>* pending_;
+  std::unique_ptr<RunRecord> record_;
+  bool write_failed_ = false;
+};
+
+std::string progress_line(std::size_t index, std::size_t total, const BenchmarkResult& r) {
+  std::ostringstream s;
+  s << "[" << index << "/" << total << "] " << benchmark_name(r) << " ";
+  if (!r.error.empty()) {
+    s << "ERROR: " << r.error;
+    return s.str();
+  }
+  const SampleStats st = summarize_samples(r.samples_ms);
+  s << std::fixed << std::setprecision(3) << median_of(repetition_medians(r.samples_ms, r.repetitions)) << " ms (rel stdev "
+    << std::setprecision(1) << st.rel_stdev * 100 << "%, " << st.count << " samples, " << r.stop_reason;
+  if (r.discarded_throttled > 0) s << ", " << r.discarded_throttled << " throttled";
+  if (r.discarded_dropped_records > 0) s << ", " << r.discarded_dropped_records << " dropped";
+  s << ")";
+  return s.str();
+}
+
+int run_main(int argc, char** argv) {
+  Flags flags;
+  try {
+    flags = parse_flags(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "detops_bench: " << e.what() << "\n";
+    return 2;
+  }
+  std::optional<NameFilter> filter;
+  try {
+    filter.emplace(flags.filter);
+  } catch (const std::regex_error& e) {
+    std::cerr << "detops_bench: --benchmark_filter is not a valid regular expression: " << e.what() << "\n";
+    return 2;
+  }
+  json correctness;
+  try {
+    correctness = digest_gtest_files(flags.correctness_json);
+  } catch (const std::exception& e) {
+    std::cerr << "detops_bench: " << e.what() << "\n";
+    return 2;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+
+  if (!cuda_available()) {
+    std::cerr << "detops_bench: skipped: " << cuda_unavailable_reason() << "\n";
+    return 77;
+  }
+
+  // The jobs, in registry order: per op, per case, per dtype, fwd then bwd; the calibration last.
+  std::vector<Job> jobs;
+  int family = 0;
+  for (const OpSpec& op : OpRegistry::instance().ops()) {
+    for (const BenchCase& bc : op.benchmarks) {
+      for (DType dt : bc.dtypes) {
+        for (bool bwd : {false, true}) {
+          if (bwd && !op.has_backward) continue;
+          Job j;
+          j.op = &op;
+          j.bench_case = &bc;
+          j.dtype = dt;
+          j.backward = bwd;
+          j.name = op.name + "/" + bc.name + "/" + dtype_name(dt) + "/" + (bwd ? "bwd" : "fwd");
+          if (filter->matches(j.name)) jobs.push_back(j);
+        }
+      }
+    }
+  }
+  {
+    Job j;
+    j.name = std::string("calibration/") + kCalibrationCase + "/fp32/fwd";
+    if (filter->matches(j.name)) jobs.push_back(j);
+  }
+  for (Job& j : jobs) j.family_index = family++;
+  if (jobs.empty()) {
+    std::cerr << "detops_bench: no benchmark matches --benchmark_filter=" << flags.filter << "\n";
+    return 2;
+  }
+
+  if (cudaSetDevice(0) != cudaSuccess) {
+    std::cerr << "detops_bench: cudaSetDevice(0) failed\n";
+    return 1;
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(0).stream();
+  Runner runner(flags, stream);
+  try {
+    runner.init(std::cerr);
+  } catch (const std::exception& e) {
+    std::cerr << "detops_bench: cannot set up the measurement: " << e.what() << "\n";
+    return 1;
+  }
+  const json detops_context = runner.provenance();
+  std::cerr << "detops_bench: timer " << detops_context["timer"].get<std::string>() << ", device copy bandwidth "
+            << detops_context["device_copy_bandwidth_bytes_per_second"].dump() << " B/s, " << jobs.size()
+            << " benchmarks\n";
+
+  std::vector<BenchmarkResult> pending;
+  std::size_t done = 0, failed = 0;
+  const std::size_t total = jobs.size();
+  for (const Job& job : jobs) {
+    const Job* jp = &job;
+    benchmark::RegisterBenchmark(job.name.c_str(), [&, jp](benchmark::State& state) {
+      for (auto _ : state) {
+        BenchmarkResult r = runner.run(*jp);
+        std::cerr << progress_line(++done, total, r) << "\n";
+        if (!r.error.empty()) {
+          ++failed;
+          state.SkipWithError(r.error.c_str());
+          pending.push_back(std::move(r));
+          break;
+        }
+        const double median_ms = median_of(repetition_medians(r.samples_ms, r.repetitions));
+        state.SetIterationTime(median_ms * 1e-3);
+        state.SetBytesProcessed(r.bytes_moved);
+        const SampleStats st = summarize_samples(r.samples_ms);
+        state.counters["samples"] = static_cast<double>(st.count);
+        state.counters["rel_stdev"] = st.rel_stdev;
+        if (r.device_copy_bandwidth > 0 && median_ms > 0) {
+          state.counters["bw_fraction"] = static_cast<double>(r.bytes_moved) / (median_ms * 1e-3) / r.device_copy_bandwidth;
+        }
+        pending.push_back(std::move(r));
+      }
+    })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+
+  RecordReporter reporter(flags.record, detops_context, correctness, &pending);
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  if (reporter.write_failed()) return 1;
+  return failed > 0 ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace detops::harness::bench
+
+int main(int argc, char** argv) { return detops::harness::bench::run_main(argc, argv); }

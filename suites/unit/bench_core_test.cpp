@@ -1,0 +1,306 @@
+// The benchmark pieces that need no GPU: statistics, the stopping rule on synthetic sequences,
+// repetition blocks, the record's layout and atomic writing, and the correctness digest.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "detops/harness/bench/correctness_digest.h"
+#include "detops/harness/bench/record.h"
+#include "detops/harness/bench/stats.h"
+#include "detops/harness/bench/stopping.h"
+
+namespace detops::harness::bench {
+namespace {
+
+using nlohmann::json;
+
+TEST(BenchStats, QuantilesInterpolateLinearly) {
+  // 1..5: q1 = 2, median = 3, q3 = 4 exactly; 1..4: positions 0.75, 1.5, 2.25.
+  const SampleStats a = summarize_samples({5, 1, 4, 2, 3});
+  EXPECT_DOUBLE_EQ(a.min, 1);
+  EXPECT_DOUBLE_EQ(a.q1, 2);
+  EXPECT_DOUBLE_EQ(a.median, 3);
+  EXPECT_DOUBLE_EQ(a.q3, 4);
+  EXPECT_DOUBLE_EQ(a.max, 5);
+  EXPECT_DOUBLE_EQ(a.mean, 3);
+  EXPECT_DOUBLE_EQ(a.stdev, std::sqrt(2.5));  // sum of squares 10 over n-1 = 4
+  EXPECT_DOUBLE_EQ(a.rel_stdev, std::sqrt(2.5) / 3);
+  EXPECT_EQ(a.count, 5);
+  const SampleStats b = summarize_samples({4, 3, 2, 1});
+  EXPECT_DOUBLE_EQ(b.q1, 1.75);
+  EXPECT_DOUBLE_EQ(b.median, 2.5);
+  EXPECT_DOUBLE_EQ(b.q3, 3.25);
+}
+
+TEST(BenchStats, EmptyAndSingle) {
+  EXPECT_EQ(summarize_samples({}).count, 0);
+  const SampleStats one = summarize_samples({7});
+  EXPECT_DOUBLE_EQ(one.median, 7);
+  EXPECT_DOUBLE_EQ(one.stdev, 0);
+  EXPECT_THROW(median_of({}), std::invalid_argument);
+}
+
+TEST(BenchRepetitions, ContiguousBlocksDifferingByAtMostOne) {
+  // 10 samples in 3 blocks: [0,3) [3,6) [6,10) -> medians of {1,2,3} {4,5,6} {7,8,9,10}.
+  const std::vector<double> s = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  const std::vector<double> m = repetition_medians(s, 3);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_DOUBLE_EQ(m[0], 2);
+  EXPECT_DOUBLE_EQ(m[1], 5);
+  EXPECT_DOUBLE_EQ(m[2], 8.5);
+  // Order matters (blocks are in sampling order, not sorted): a slow tail shows in the last block.
+  const std::vector<double> drift = {1, 1, 1, 1, 1, 1, 9, 9, 9};
+  const std::vector<double> d = repetition_medians(drift, 3);
+  EXPECT_DOUBLE_EQ(d[0], 1);
+  EXPECT_DOUBLE_EQ(d[2], 9);
+  // Fewer samples than repetitions: one block per sample.
+  EXPECT_EQ(repetition_medians({3, 1}, 9), (std::vector<double>{3, 1}));
+  EXPECT_THROW(repetition_medians(s, 0), std::invalid_argument);
+}
+
+TEST(BenchStopping, NeedsMinimumSamplesAndTime) {
+  StoppingRule rule;  // 10 samples, 0.5 s, 0.5 %
+  for (int i = 0; i < 9; ++i) {
+    rule.add(1.0);  // 1 s each: time is met, samples are not
+    EXPECT_FALSE(rule.decide(0.0).has_value()) << "after " << i + 1 << " samples";
+  }
+  rule.add(1.0);
+  ASSERT_TRUE(rule.decide(0.0).has_value());
+  EXPECT_EQ(*rule.decide(0.0), StopReason::kConverged);
+
+  StoppingRule short_kernels;
+  for (int i = 0; i < 100; ++i) short_kernels.add(1e-3);  // 0.1 s of GPU time in total
+  EXPECT_FALSE(short_kernels.decide(1.0).has_value());
+  for (int i = 0; i < 401; ++i) short_kernels.add(1e-3);
+  EXPECT_EQ(short_kernels.decide(1.0), StopReason::kConverged);
+}
+
+TEST(BenchStopping, NoisySequenceStopsWhenNoiseStopsImproving) {
+  // Alternating 1 and 1.2 ms: relative stdev ~9%, never under 0.5 %, and stable -> stops on the
+  // noise check, which runs every 16th sample once more than 64 noise values are tracked.
+  StoppingSettings settings;
+  settings.min_gpu_time_s = 0.01;
+  StoppingRule rule(settings);
+  std::optional<StopReason> reason;
+  int n = 0;
+  while (!reason && n < 100000) {
+    rule.add(n % 2 == 0 ? 1e-3 : 1.2e-3);
+    ++n;
+    reason = rule.decide(0.0);
+  }
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, StopReason::kNoiseStoppedImproving);
+  EXPECT_EQ(n % 16, 0);
+  EXPECT_GT(n, 64);
+  EXPECT_GT(rule.rel_stdev(), settings.max_rel_stdev);
+}
+
+TEST(BenchStopping, TimeoutAndMaxSamples) {
+  StoppingSettings settings;
+  settings.timeout_s = 2.0;
+  StoppingRule rule(settings);
+  rule.add(1e-3);
+  rule.add(5e-3);
+  EXPECT_FALSE(rule.decide(1.9).has_value());
+  EXPECT_EQ(rule.decide(2.1), StopReason::kTimeout);
+
+  settings.max_samples = 5;
+  StoppingRule capped(settings);
+  for (int i = 0; i < 5; ++i) capped.add(i % 2 ? 1e-6 : 3e-6);
+  EXPECT_EQ(capped.decide(0.0), StopReason::kMaxSamples);
+}
+
+TEST(BenchStopping, ThrottleRule) {
+  EXPECT_TRUE(is_throttled(1400, 1980, 0.75));   // 1400 < 1485
+  EXPECT_FALSE(is_throttled(1485, 1980, 0.75));
+  EXPECT_FALSE(is_throttled(1980, 1980, 0.75));
+  EXPECT_FALSE(is_throttled(-1, 1980, 0.75));    // unknown clock: keep the sample
+  EXPECT_FALSE(is_throttled(100, -1, 0.75));     // unknown default: no check
+  EXPECT_STREQ(stop_reason_name(StopReason::kNoiseStoppedImproving), "noise_stopped_improving");
+}
+
+BenchmarkResult sample_result() {
+  BenchmarkResult r;
+  r.op = "roi_align";
+  r.case_name = "box_head_1000";
+  r.dtype = "fp32";
+  r.direction = "fwd";
+  r.shape = "x[2,256,200,336]";
+  r.timer = "cupti";
+  r.repetitions = 3;
+  r.samples_ms = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  r.span_samples_ms = r.samples_ms;
+  r.sm_clocks_mhz = {1980, 1970, 1980};
+  r.stop_reason = "converged";
+  r.bytes_moved = 2000000;  // 2 MB in a median of 5 ms -> 4e8 B/s
+  r.device_copy_bandwidth = 4e9;
+  r.kernels_per_call = 1;
+  r.kernel_names = {"k"};
+  r.extra = {{"calibration_work", 1.1}};
+  return r;
+}
+
+TEST(BenchRecord, GoogleBenchmarkLayoutWithRepetitionsAndAggregates) {
+  const json e = benchmark_entries(sample_result());
+  ASSERT_EQ(e.size(), 3u + 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(e[i]["run_type"], "iteration");
+    EXPECT_EQ(e[i]["repetition_index"], i);
+    EXPECT_EQ(e[i]["name"], "roi_align/box_head_1000/fp32/fwd");
+    EXPECT_EQ(e[i]["run_name"], "roi_align/box_head_1000/fp32/fwd");
+    EXPECT_EQ(e[i]["time_unit"], "ms");
+    EXPECT_EQ(e[i]["repetitions"], 3);
+  }
+  // Blocks {1,2,3} {4,5,6} {7,8,9}: medians 2, 5, 8.
+  EXPECT_DOUBLE_EQ(e[0]["real_time"].get<double>(), 2);
+  EXPECT_DOUBLE_EQ(e[1]["real_time"].get<double>(), 5);
+  EXPECT_DOUBLE_EQ(e[2]["real_time"].get<double>(), 8);
+  EXPECT_EQ(e[3]["aggregate_name"], "mean");
+  EXPECT_EQ(e[4]["aggregate_name"], "median");
+  EXPECT_EQ(e[4]["name"], "roi_align/box_head_1000/fp32/fwd_median");
+  EXPECT_DOUBLE_EQ(e[4]["real_time"].get<double>(), 5);
+  EXPECT_DOUBLE_EQ(e[5]["real_time"].get<double>(), 3);  // stddev of {2,5,8}
+  EXPECT_EQ(e[6]["aggregate_name"], "cv");
+  EXPECT_DOUBLE_EQ(e[6]["real_time"].get<double>(), 3.0 / 5.0);
+  EXPECT_FALSE(e[3].contains("detops"));
+  const json& d = e[4]["detops"];
+  EXPECT_EQ(d["op"], "roi_align");
+  EXPECT_EQ(d["direction"], "fwd");
+  EXPECT_EQ(d["samples_ms"].size(), 9u);
+  EXPECT_EQ(d["repetition_medians_ms"], json({2.0, 5.0, 8.0}));
+  EXPECT_DOUBLE_EQ(d["stats_ms"]["median"].get<double>(), 5);
+  EXPECT_EQ(d["stats_ms"]["count"], 9);
+  EXPECT_DOUBLE_EQ(d["achieved_bandwidth_bytes_per_second"].get<double>(), 4e8);
+  EXPECT_DOUBLE_EQ(d["bandwidth_fraction"].get<double>(), 0.1);
+  EXPECT_DOUBLE_EQ(d["sm_clock_mhz"]["min"].get<double>(), 1970);
+  EXPECT_EQ(d["hardware_metrics"]["status"], "skipped");
+  EXPECT_DOUBLE_EQ(d["calibration_work"].get<double>(), 1.1);
+  EXPECT_DOUBLE_EQ(e[4]["bytes_per_second"].get<double>(), 4e8);
+}
+
+TEST(BenchRecord, FailedBenchmarkIsOneErrorEntry) {
+  BenchmarkResult r = sample_result();
+  r.error = "CUDA out of memory";
+  const json e = benchmark_entries(r);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0]["error_occurred"], true);
+  EXPECT_EQ(e[0]["error_message"], "CUDA out of memory");
+  EXPECT_EQ(e[0]["detops"]["error"], "CUDA out of memory");
+}
+
+std::string temp_path(const std::string& tag) {
+  return ::testing::TempDir() + "detops_bench_" + tag + "_" + std::to_string(::getpid()) + ".json";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(BenchRecord, RecordIsRewrittenAtomicallyAndMarkedComplete) {
+  const std::string path = temp_path("record");
+  RunRecord record(json{{"library_build_type", "release"}}, json{{"run_id", "x"}});
+  record.write(path);
+  json first = json::parse(read_file(path));
+  EXPECT_EQ(first["context"]["detops_schema_version"], kRecordSchemaVersion);
+  EXPECT_EQ(first["context"]["detops"]["complete"], false);
+  EXPECT_EQ(first["context"]["library_build_type"], "release");
+  EXPECT_TRUE(first["benchmarks"].empty());
+  EXPECT_EQ(first["correctness"]["summary"]["passed"], 0);
+  EXPECT_TRUE(first["peers"].is_array());
+
+  record.add(sample_result());
+  record.set_complete(true);
+  record.write(path);
+  json second = json::parse(read_file(path));
+  EXPECT_EQ(second["context"]["detops"]["complete"], true);
+  EXPECT_EQ(second["benchmarks"].size(), 7u);
+  // No temporary file is left next to the record.
+  EXPECT_FALSE(std::ifstream(path + ".tmp." + std::to_string(::getpid())).good());
+  std::remove(path.c_str());
+}
+
+TEST(BenchRecord, AtomicWriteReportsAMissingFolder) {
+  try {
+    write_file_atomically("/nonexistent-detops-dir/record.json", "{}");
+    FAIL() << "expected an exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-detops-dir/record.json.tmp."), std::string::npos) << e.what();
+  }
+}
+
+json gtest_fixture() {
+  return json::parse(R"({
+    "tests": 4, "testsuites": [
+      {"name": "roi_align.forward", "testsuite": [
+        {"name": "tiny.fp32.cuda", "result": "COMPLETED", "outcome": "passed", "dtype": "fp32", "device": "cuda",
+         "max_abs_error": "3.5e-07", "max_rel_error": "2e-06",
+         "output0": "passed: Float [6, 3, 1, 1], max_abs_error=3.5e-07 (atol=0.0001, rtol=1e-05), worst element [1]"},
+        {"name": "big.fp16.cuda", "result": "COMPLETED", "outcome": "mismatch", "message": "output 0: too far",
+         "dtype": "fp16", "device": "cuda", "max_abs_error": "0.5", "max_rel_error": "0.1",
+         "failures": [{"failure": "x", "type": ""}]},
+        {"name": "tiny.bf16.cuda", "result": "SKIPPED", "outcome": "skipped", "message": "no GPU"}
+      ]},
+      {"name": "roi_align.bad_input", "testsuite": [
+        {"name": "nan_rois.cuda", "result": "COMPLETED", "failures": [{"failure": "crashed", "type": ""}]}
+      ]}
+    ]})");
+}
+
+TEST(BenchCorrectness, DigestsGtestJson) {
+  const json d = digest_gtest_json(gtest_fixture());
+  EXPECT_EQ(d["summary"]["passed"], 1);
+  EXPECT_EQ(d["summary"]["failed"], 1);
+  EXPECT_EQ(d["summary"]["skipped"], 1);
+  EXPECT_EQ(d["summary"]["errors"], 1);
+  ASSERT_EQ(d["tests"].size(), 4u);
+  const json& t = d["tests"][0];
+  EXPECT_EQ(t["name"], "roi_align.forward.tiny.fp32.cuda");
+  EXPECT_EQ(t["op"], "roi_align");
+  EXPECT_EQ(t["check"], "forward");
+  EXPECT_EQ(t["case"], "tiny");
+  EXPECT_EQ(t["dtype"], "fp32");
+  EXPECT_EQ(t["device"], "cuda");
+  EXPECT_DOUBLE_EQ(t["max_abs_error"].get<double>(), 3.5e-7);
+  EXPECT_DOUBLE_EQ(t["atol"].get<double>(), 1e-4);
+  EXPECT_DOUBLE_EQ(t["rtol"].get<double>(), 1e-5);
+  EXPECT_EQ(d["tests"][1]["outcome"], "mismatch");
+  EXPECT_EQ(d["tests"][1]["message"], "output 0: too far");
+  EXPECT_TRUE(d["tests"][1]["atol"].is_null());
+  const json& bad = d["tests"][3];
+  EXPECT_EQ(bad["case"], "nan_rois");
+  EXPECT_EQ(bad["device"], "cuda");
+  EXPECT_EQ(bad["dtype"], "");
+  EXPECT_EQ(bad["outcome"], "error");  // no outcome property, a failure: error
+  EXPECT_EQ(bad["message"], "crashed");
+}
+
+TEST(BenchCorrectness, MergesFilesAndNamesAnUnreadableOne) {
+  const std::string a = temp_path("gtest_a"), b = temp_path("gtest_b");
+  std::ofstream(a) << gtest_fixture().dump();
+  std::ofstream(b) << gtest_fixture().dump();
+  const json d = digest_gtest_files({a, b});
+  EXPECT_EQ(d["summary"]["passed"], 2);
+  EXPECT_EQ(d["tests"].size(), 8u);
+  std::ofstream(b) << "not json";
+  try {
+    digest_gtest_files({a, b});
+    FAIL() << "expected an exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(b), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(digest_gtest_files({"/nonexistent-detops.json"}), std::runtime_error);
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+
+}  // namespace
+}  // namespace detops::harness::bench
