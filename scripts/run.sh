@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, runs the correctness suite on the GPU and writes the
-# record under results/runs/<UTC time>_<gpu>/ (correctness.json: GoogleTest's JSON with every case's
-# figures and the device facts; summary.md: the counts). Without a GPU it says so, runs the CPU checks
-# (the references' self-checks and the CPU implementations) and exits 0 when they pass.
+# The main job (bring-up of a GPU, or a CI performance gate): installs what is missing, builds, runs
+# the unit tests and the correctness suite, benchmarks every op (CUPTI kernel time), writes the run
+# record, compares it with the stored baseline for this GPU and CUDA version when there is one, and
+# writes an HTML report. Everything goes to results/runs/<UTC time>_<gpu>/:
+#   unit.json          unit tests (GoogleTest JSON)
+#   correctness.json   every correctness check with its figures (GoogleTest JSON)
+#   summary.md         correctness counts, reproducibility, largest errors, failures
+#   outputs/           every forward output (subsampled), for comparing builds (compare.py --cross-build)
+#   record.json        the run record: benchmarks + correctness + provenance (docs/record-format.md)
+#   compare.md         the comparison with the baseline (when one exists)
+#   report.html        the readable report
+# Without a GPU it says so, runs the CPU checks and exits 0 when they pass (no benchmarks, no record).
+# Exit status: non-zero when a check fails, a benchmark fails, or the comparison finds a confirmed
+# slowdown or a correctness change.
+#
+# Environment: DETOPS_BENCH_ARGS (extra detops_bench flags, e.g. --benchmark_filter=...),
+# DETOPS_SKIP_BENCH=1 (correctness only), DETOPS_BASELINE=<record.json> (instead of the stored one).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 detops_setup
@@ -10,30 +23,90 @@ detops_configure_and_build
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 if detops_gpu_visible; then
-  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | tr -c 'A-Za-z0-9\n' '-' | tr -s '-')
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
   filter='*'
 else
   gpu=no-gpu
   filter='*.cpu'
   detops_log "no CUDA GPU visible on this machine (nvidia-smi found none): running only the CPU checks"
 fi
-out="$DETOPS_ROOT/results/runs/${stamp}_${gpu}"
+run_id="${stamp}_${gpu}"
+out="$DETOPS_ROOT/results/runs/$run_id"
 mkdir -p "$out"
-partial="$out/correctness.json.partial"
+export DETOPS_RUN_ID="$run_id"
+export DETOPS_GIT_SHA=$(git -C "$DETOPS_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git -C "$DETOPS_ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  export DETOPS_GIT_DIRTY=true
+else
+  export DETOPS_GIT_DIRTY=false
+fi
+status=0
 
-detops_log "unit tests and reference self-checks"
-"$DETOPS_BUILD_DIR/suites/detops_unit_tests" --gtest_brief=1 --gtest_output="json:$out/unit.json"
+detops_log "[1/5] unit tests and reference self-checks"
+"$DETOPS_BUILD_DIR/suites/detops_unit_tests" --gtest_brief=1 --gtest_output="json:$out/unit.json" || status=1
 
-detops_log "correctness suite (filter $filter); record: $out"
+detops_log "[2/5] correctness suite (filter $filter); record: ${out#$DETOPS_ROOT/}"
 start=$(date +%s)
+partial="$out/correctness.json.partial"
 set +e
-"$DETOPS_BUILD_DIR/suites/detops_correctness" --gtest_filter="$filter" --gtest_brief=1 --gtest_output="json:$partial"
+DETOPS_SAVE_OUTPUTS="$out/outputs" DETOPS_PROGRESS=1 \
+  "$DETOPS_BUILD_DIR/suites/detops_correctness" --gtest_filter="$filter" --gtest_brief=1 --gtest_output="json:$partial"
 rc=$?
 set -e
 elapsed=$(( $(date +%s) - start ))
 [ -f "$partial" ] && mv "$partial" "$out/correctness.json"
 [ $rc -eq 77 ] && rc=0   # every selected test skipped: nothing failed
+[ $rc -ne 0 ] && status=1
 "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/summarize_correctness.py" "$out/correctness.json" --wall-seconds "$elapsed" \
   | tee "$out/summary.md"
-detops_log "record written to ${out#$DETOPS_ROOT/}"
-exit $rc
+
+if [ "$gpu" = no-gpu ] || [ "${DETOPS_SKIP_BENCH:-0}" = 1 ]; then
+  detops_log "no benchmarks: $([ "$gpu" = no-gpu ] && echo 'no GPU' || echo 'DETOPS_SKIP_BENCH=1'); results in ${out#$DETOPS_ROOT/}"
+  exit $status
+fi
+
+detops_log "[3/5] benchmarks (CUPTI kernel time; one progress line per benchmark)"
+start=$(date +%s)
+set +e
+# shellcheck disable=SC2086
+"$DETOPS_BUILD_DIR/suites/detops_bench" --detops_record="$out/record.json" \
+  --detops_correctness_json="$out/correctness.json" ${DETOPS_BENCH_ARGS:-} >"$out/bench.log"
+rc=$?
+set -e
+detops_log "benchmarks: exit $rc, $(( $(date +%s) - start )) s (log: ${out#$DETOPS_ROOT/}/bench.log)"
+[ $rc -ne 0 ] && status=1
+[ -f "$out/record.json" ] || { detops_log "no record was written"; exit 1; }
+# The record says where the output dumps are (relative to the record).
+"$DETOPS_PYTHON" - "$out/record.json" <<'PY'
+import json, os, sys
+path = sys.argv[1]
+rec = json.load(open(path))
+if os.path.isfile(os.path.join(os.path.dirname(path), "outputs", "index.json")):
+    rec["outputs"] = {"dir": "outputs", "index": "outputs/index.json"}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(rec, f, indent=1)
+    os.replace(tmp, path)
+PY
+
+detops_log "[4/5] comparison with the baseline"
+key=$("$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/baseline_key.py" "$out/record.json")
+baseline="${DETOPS_BASELINE:-$DETOPS_ROOT/results/baselines/$key/record.json}"
+report_args=()
+if [ -f "$baseline" ]; then
+  set +e
+  "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/compare.py" "$baseline" "$out/record.json" --json-out "$out/compare.json" \
+    | tee "$out/compare.md"
+  rc=${PIPESTATUS[0]}
+  set -e
+  detops_log "comparison with ${baseline#$DETOPS_ROOT/}: exit $rc"
+  [ $rc -ne 0 ] && status=1
+  report_args=(--baseline "$baseline")
+else
+  detops_log "no baseline for $key (results/baselines/$key/record.json): nothing to compare; to make this run the baseline: mkdir -p results/baselines/$key && cp ${out#$DETOPS_ROOT/}/record.json results/baselines/$key/"
+fi
+
+detops_log "[5/5] report"
+"$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/report.py" "$out/record.json" "${report_args[@]}" -o "$out/report.html"
+detops_log "done: ${out#$DETOPS_ROOT/}/report.html (exit $status)"
+exit $status

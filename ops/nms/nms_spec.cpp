@@ -18,6 +18,7 @@
 // computed in fp32 from coordinates exact in fp32: a few fp32 roundings of a quotient <= 1 (about
 // 4e-7 in the worst case), with room to spare.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <array>
@@ -30,6 +31,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "detops/harness/bench_inputs.h"
+#include "detops/harness/bench_spec.h"
 #include "detops/harness/op_spec.h"
 #include "detops/reference/nms_reference.h"
 #include "nms/nms_torch.h"
@@ -636,6 +639,55 @@ std::vector<BadInputCase> bad_inputs(bool batched) {
   return bad;
 }
 
+// Benchmark cases (docs/benchmarks.md): MEASURE.md's NMS sizes at IoU 0.5 (1k / 5k / 20k / 100k boxes),
+// an RPN level (2000 proposals at IoU 0.7) and, for batched_nms, 20k boxes of 80 classes (LVIS-like final
+// NMS). Boxes are bench_image_boxes (sizes 16..640 px in an 800 x 1344 image); scores uniform in [0, 1).
+std::vector<harness::BenchCase> nms_benchmarks(bool batched) {
+  struct Size {
+    const char* name;
+    std::int64_t n;
+    double threshold;
+    std::int64_t classes;
+  };
+  const std::vector<Size> sizes =
+      batched ? std::vector<Size>{{"boxes_5000_80_classes", 5000, 0.5, 80}, {"boxes_20000_80_classes", 20000, 0.5, 80}}
+              : std::vector<Size>{{"rpn_2000_iou_0_7", 2000, 0.7, 0},
+                                  {"boxes_1000", 1000, 0.5, 0},
+                                  {"boxes_5000", 5000, 0.5, 0},
+                                  {"boxes_20000", 20000, 0.5, 0},
+                                  {"boxes_100000", 100000, 0.5, 0}};
+  std::vector<harness::BenchCase> out;
+  std::uint64_t seed = batched ? 9601 : 9501;
+  for (const Size& z : sizes) {
+    harness::BenchCase bc;
+    bc.name = z.name;
+    bc.shape = "boxes[" + std::to_string(z.n) + ",4] IoU " + std::to_string(z.threshold).substr(0, 3) +
+               (batched ? ", " + std::to_string(z.classes) + " classes" : std::string());
+    bc.bytes_note = "boxes + scores (+ idxs) read once, the keep list (int64) written once";
+    bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
+    const std::uint64_t s = seed += 10;
+    bc.make = [z, s, batched](DType dtype) {
+      const at::Tensor boxes = harness::bench_to_cuda(harness::bench_image_boxes(z.n, s), dtype);
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(s + 1);
+      const at::Tensor scores = harness::bench_to_cuda(at::rand({z.n}, gen, at::TensorOptions().dtype(at::kDouble)), dtype);
+      const at::Tensor idxs =
+          at::randint(z.classes > 0 ? z.classes : 1, {z.n}, gen, at::TensorOptions().dtype(at::kLong)).cuda();
+      NmsParams params;
+      params.iou_threshold = z.threshold;
+      const at::Tensor keep = batched ? batched_nms_forward(boxes, scores, idxs, params) : nms_forward(boxes, scores, params);
+      harness::BenchInstance inst;
+      inst.forward = [boxes, scores, idxs, params, batched] {
+        (void)(batched ? batched_nms_forward(boxes, scores, idxs, params) : nms_forward(boxes, scores, params));
+      };
+      inst.bytes_forward = harness::bench_bytes(boxes) + harness::bench_bytes(scores) + harness::bench_bytes(keep) +
+                           (batched ? harness::bench_bytes(idxs) : 0);
+      return inst;
+    };
+    out.push_back(bc);
+  }
+  return out;
+}
+
 OpSpec make_spec(bool batched) {
   OpSpec spec;
   spec.name = batched ? "batched_nms" : "nms";
@@ -663,6 +715,7 @@ OpSpec make_spec(bool batched) {
   spec.determinism.note =
       "forward only. CUDA: a stable radix sort, then mask tiles each written by one block and one sequential scan; "
       "tile lists are appended in any order, but they are only OR-ed, so the keep list is the same every run";
+  spec.benchmarks = nms_benchmarks(batched);
   return spec;
 }
 

@@ -4,6 +4,8 @@
 // attached at the top level. Exit code 77 when every selected test was skipped (CTest: "skipped").
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -71,12 +73,38 @@ void register_tests() {
   }
 }
 
+// With DETOPS_PROGRESS set, one line on stderr per op and every ~10% of the tests (long runs show
+// progress; --gtest_brief=1 prints only failures).
+class ProgressListener : public testing::EmptyTestEventListener {
+ public:
+  void OnTestProgramStart(const testing::UnitTest& ut) override { total_ = ut.test_to_run_count(); }
+  void OnTestEnd(const testing::TestInfo& info) override {
+    ++done_;
+    if (info.result()->Failed()) ++failed_;
+    const std::string suite = info.test_suite_name();
+    const std::string op = suite.substr(0, suite.find('.'));
+    const bool new_op = op != op_;
+    if (new_op || done_ * 10 / std::max(total_, 1) != (done_ - 1) * 10 / std::max(total_, 1) || done_ == total_) {
+      std::cerr << "[correctness " << done_ << "/" << total_ << "] " << op << (failed_ ? " (" + std::to_string(failed_) + " failed so far)" : "")
+                << std::endl;
+    }
+    op_ = op;
+  }
+
+ private:
+  int total_ = 0, done_ = 0, failed_ = 0;
+  std::string op_;
+};
+
 }  // namespace
 }  // namespace detops::harness
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   detops::harness::register_tests();
+  if (const char* p = std::getenv("DETOPS_PROGRESS"); p != nullptr && *p != '\0' && *p != '0') {
+    testing::UnitTest::GetInstance()->listeners().Append(new detops::harness::ProgressListener);
+  }
   const nlohmann::json facts = detops::harness::device_facts();
   testing::Test::RecordProperty("detops_device_facts", facts.dump());
   if (!detops::harness::cuda_available()) {
