@@ -34,12 +34,16 @@ run_id="${stamp}_${gpu}"
 out="$DETOPS_ROOT/results/runs/$run_id"
 mkdir -p "$out"
 export DETOPS_RUN_ID="$run_id"
-export DETOPS_GIT_SHA=$(git -C "$DETOPS_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git -C "$DETOPS_ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
-  export DETOPS_GIT_DIRTY=true
-else
-  export DETOPS_GIT_DIRTY=false
+# Provenance: the caller may set DETOPS_GIT_SHA / DETOPS_GIT_DIRTY (a copied tree without its .git).
+if [ -z "${DETOPS_GIT_SHA:-}" ]; then
+  DETOPS_GIT_SHA=$(git -C "$DETOPS_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+  if [ -n "$(git -C "$DETOPS_ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    DETOPS_GIT_DIRTY=true
+  else
+    DETOPS_GIT_DIRTY=false
+  fi
 fi
+export DETOPS_GIT_SHA DETOPS_GIT_DIRTY="${DETOPS_GIT_DIRTY:-false}"
 status=0
 
 detops_log "[1/5] unit tests and reference self-checks"
