@@ -3,10 +3,13 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
 
+#include "detops/harness/bench_inputs.h"
+#include "detops/harness/bench_spec.h"
 #include "detops/harness/eigen_bridge.h"
 #include "detops/harness/op_spec.h"
 #include "detops/reference/prroi_pool_reference.h"
@@ -400,6 +403,37 @@ std::vector<harness::BadInputCase> prroi_pool_bad_inputs() {
   return bad;
 }
 
+// Benchmark case (docs/benchmarks.md): the Faster R-CNN box head on the P2 level of an 800x1344 image, as
+// IoU-Net uses PrRoIPool. The backward computes both gradients (features and roi coordinates), as training
+// with a localization-confidence head does.
+std::vector<harness::BenchCase> prroi_pool_benchmarks() {
+  const PrRoiPoolParams params{0.25, 7, 7};
+  const std::array<std::int64_t, 4> shape{2, 256, 200, 336};
+  const std::uint64_t seed = 9701;
+  harness::BenchCase bc;
+  bc.name = "box_head_1000";
+  bc.shape = "x[2,256,200,336] rois[1000,5] 7x7 scale 1/4";
+  bc.bytes_note = "fwd: x + rois + output; bwd: grad_output (read twice) + x (read for the roi gradient) + rois + "
+                  "grad_input read and written (atomic scatter) + grad_rois";
+  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
+  bc.make = [=](DType dtype) {
+    const at::Tensor x = harness::bench_randn_cuda({shape.begin(), shape.end()}, dtype, seed);
+    const at::Tensor rois = harness::bench_to_cuda(harness::bench_image_rois(1000, shape[0], seed + 1), dtype);
+    const at::Tensor out = prroi_pool_forward(x, rois, params);
+    const at::Tensor grad = harness::bench_randn_cuda(out.sizes().vec(), dtype, seed + 2);
+    harness::BenchInstance inst;
+    inst.forward = [x, rois, params] { (void)prroi_pool_forward(x, rois, params); };
+    inst.backward = [grad, x, rois, params, shape] {
+      (void)prroi_pool_backward(grad, rois, params, shape);
+      (void)prroi_pool_rois_backward(grad, x, rois, params);
+    };
+    inst.bytes_forward = harness::bench_bytes(x) + harness::bench_bytes(rois) + harness::bench_bytes(out);
+    inst.bytes_backward = 2 * harness::bench_bytes(grad) + 3 * harness::bench_bytes(x) + 2 * harness::bench_bytes(rois);
+    return inst;
+  };
+  return {bc};
+}
+
 OpSpec prroi_pool_spec() {
   OpSpec spec;
   spec.name = "prroi_pool";
@@ -418,6 +452,7 @@ OpSpec prroi_pool_spec() {
       "CUDA input backward scatters with atomicAdd, so where bins overlap the summation order (and the last bits "
       "of grad_input) can vary between runs. The CUDA rois backward reduces each roi in one block in a fixed "
       "order, and the forward and the CPU backward are deterministic.";
+  spec.benchmarks = prroi_pool_benchmarks();
   return spec;
 }
 
