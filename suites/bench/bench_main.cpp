@@ -43,6 +43,7 @@ struct Flags {
   double min_time_s = 0.5;
   int repetitions = 9;
   double timeout_s = 15.0;
+  std::int64_t max_samples = 3000;
   double calibration_work = 1.0;
   bool metrics = false;
   std::string filter;  // Google Benchmark's --benchmark_filter, applied here to our names
@@ -91,6 +92,12 @@ Flags parse_flags(int& argc, char** argv) {
     } else if (auto v5 = value_of("detops_timeout_s")) {
       f.timeout_s = parse_number("--detops_timeout_s", *v5);
       if (!(f.timeout_s > 0)) throw std::invalid_argument("--detops_timeout_s must be > 0; got " + *v5);
+    } else if (auto v8 = value_of("detops_max_samples")) {
+      const double m = parse_number("--detops_max_samples", *v8);
+      if (!(m >= 10 && m <= 1e7 && m == static_cast<double>(static_cast<std::int64_t>(m)))) {
+        throw std::invalid_argument("--detops_max_samples must be an integer in [10, 1e7]; got " + *v8);
+      }
+      f.max_samples = static_cast<std::int64_t>(m);
     } else if (auto v6 = value_of("detops_calibration_work")) {
       f.calibration_work = parse_number("--detops_calibration_work", *v6);
       if (!(f.calibration_work > 0 && f.calibration_work <= 100)) {
@@ -101,7 +108,7 @@ Flags parse_flags(int& argc, char** argv) {
     } else if (a.rfind("--detops_", 0) == 0) {
       throw std::invalid_argument("unknown flag " + a +
                                   " (known: --detops_record, --detops_correctness_json, --detops_warm, "
-                                  "--detops_min_time_s, --detops_repetitions, --detops_timeout_s, "
+                                  "--detops_min_time_s, --detops_repetitions, --detops_timeout_s, --detops_max_samples, "
                                   "--detops_calibration_work, --detops_metrics)");
     } else {
       argv[out++] = argv[i];
@@ -170,6 +177,7 @@ class Runner {
     }
     settings_.stopping.min_gpu_time_s = flags_.min_time_s;
     settings_.stopping.timeout_s = flags_.timeout_s;
+    settings_.stopping.max_samples = flags_.max_samples;
     settings_.cold_l2 = !flags_.warm;
     settings_.repetitions = flags_.repetitions;
   }

@@ -148,7 +148,8 @@ json RunRecord::to_json() const {
   return record;
 }
 
-void RunRecord::write(const std::string& path) const { write_file_atomically(path, to_json().dump(1) + "\n"); }
+// Compact JSON: the raw samples dominate the size.
+void RunRecord::write(const std::string& path) const { write_file_atomically(path, to_json().dump() + "\n"); }
 
 void write_file_atomically(const std::string& path, const std::string& contents) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
