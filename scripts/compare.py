@@ -374,7 +374,9 @@ def decide(baseline_ms, candidate_ms, threshold=DEFAULT_THRESHOLD):
     when all three conditions hold: r >= threshold (slower) or r <= 1/threshold (faster); two-sided
     Mann-Whitney U p < ALPHA; and the [min, q3] intervals of the two sides overlap by at most
     OVERLAP_FRACTION of the baseline median (the slower side's min against the faster side's q3).
-    All three: SLOWER or FASTER; none: SAME; some: UNSURE. Gating needs MIN_GATING_REPETITIONS per side.
+    Size below the threshold: SAME (whatever the test says: a real but small change does not matter).
+    Size and both others: SLOWER or FASTER. Size without both others: UNSURE. Gating needs
+    MIN_GATING_REPETITIONS per side.
     """
     b = np.asarray(baseline_ms, dtype=np.float64)
     c = np.asarray(candidate_ms, dtype=np.float64)
@@ -391,13 +393,12 @@ def decide(baseline_ms, candidate_ms, threshold=DEFAULT_THRESHOLD):
         "p_value": mw.p_value < ALPHA,
         "separated": overlap <= OVERLAP_FRACTION * med_b,
     }
-    held = sum(conditions.values())
-    if held == len(conditions):
+    if not conditions["ratio"]:
+        verdict = "SAME"  # any change is smaller than the threshold that matters
+    elif conditions["p_value"] and conditions["separated"]:
         verdict = "SLOWER" if slower_direction else "FASTER"
-    elif held == 0:
-        verdict = "SAME"
     else:
-        verdict = "UNSURE"
+        verdict = "UNSURE"  # as large as the threshold, but not statistically confirmed
     gating = len(b) >= MIN_GATING_REPETITIONS and len(c) >= MIN_GATING_REPETITIONS
     return {
         "baseline_repetitions": len(b), "candidate_repetitions": len(c),

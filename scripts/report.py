@@ -364,7 +364,7 @@ def comparison_section(result):
     rule = result["rule"]
     rule_text = (f"<p class='note'>SLOWER/FASTER need all of: median ratio beyond {rule['threshold']} (or the per-benchmark "
                  f"threshold), Mann-Whitney p &lt; {rule['alpha']}, [min, q3] overlap ≤ {rule['overlap_fraction'] * 100:g}% "
-                 f"of the median. UNSURE: some but not all. Faded bars: fewer than {rule['min_gating_repetitions']} "
+                 f"of the median. SAME: the ratio is within the threshold. UNSURE: beyond the threshold but not confirmed. Faded bars: fewer than {rule['min_gating_repetitions']} "
                  f"repetitions, not gating.</p>")
     parts = [f"<section id='comparison'><h2>Comparison with the baseline</h2>{''.join(head)}"
              f"<div class='pills'>{pills}</div>{verdict}{rule_text}{ratio_chart(rows)}"]

@@ -202,10 +202,10 @@ def test_decide_overlap_allowance_is_half_a_percent_of_the_median():
     assert not compare.decide(BASE, cand)["conditions"]["separated"]
 
 
-def test_decide_small_significant_change_is_unsure_and_nothing_is_same():
+def test_decide_small_significant_change_is_same():
     d = compare.decide(BASE, BASE * 1.03)
     assert d["conditions"] == {"ratio": False, "p_value": True, "separated": True}
-    assert d["verdict"] == "UNSURE"
+    assert d["verdict"] == "SAME"
     d = compare.decide(BASE, BASE[::-1].copy())
     assert d["verdict"] == "SAME" and d["ratio"] == 1.0
 
@@ -291,7 +291,7 @@ def test_per_benchmark_threshold_file(tmp_path):
                     "--thresholds", str(thresholds))
     assert code == compare.EXIT_REGRESSION
     v = verdicts(res)
-    assert v["roi_align/box_head/fp32/bwd"] == "UNSURE"  # 10% is under its 15% threshold
+    assert v["roi_align/box_head/fp32/bwd"] == "SAME"  # 10% is under its 15% threshold
     assert v["roi_align/box_head/fp32/fwd"] == "SLOWER"
 
 
