@@ -1,8 +1,8 @@
 """Every DetOps / torchvision pair of suites/peer/pairs.py on the same inputs: forward and backward, each case,
 dtype and device (CPU always, CUDA when present). See docs/peers.md for the truth and tolerance per pair."""
 import pytest
-import torch
 
+torch = pytest.importorskip("torch", reason="torch is not installed in this Python")
 torchvision = pytest.importorskip("torchvision", reason="torchvision is not installed: no peer to compare against")
 
 from peer import nms_checks, pairs  # noqa: E402
