@@ -12,7 +12,6 @@ Without CUDA (or torchvision) it says so and exits 0.
 """
 import argparse
 import json
-import math
 import os
 import pathlib
 import statistics
@@ -69,12 +68,17 @@ def measure(torch, fn, samples, warmup, flush):
     return statistics.median(times), times
 
 
-def choose_samples(torch, fn, base, budget_s):
+def sync(torch, device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def choose_samples(torch, fn, base, budget_s, device="cuda"):
     """base samples, more (up to 10x) for fast calls, within about budget_s of wall time."""
-    torch.cuda.synchronize()
+    sync(torch, device)
     t = time.perf_counter()
     fn()
-    torch.cuda.synchronize()
+    sync(torch, device)
     per_call = max(time.perf_counter() - t, 1e-6)
     return int(max(base, min(10 * base, budget_s / per_call)))
 
@@ -87,6 +91,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=0.25, help="wall time per side that sets the sample count")
     ap.add_argument("--ops", help="comma-separated op names (default: all pairs)")
+    ap.add_argument("--max-total-s", type=float, default=210.0,
+                    help="time budget: entries not started by then are recorded as not run (default 210 s)")
     ap.add_argument("--library", help="libdetops_torch.so (default: $DETOPS_TORCH_LIBRARY or build/*/ops)")
     args = ap.parse_args(argv)
 
@@ -122,6 +128,9 @@ def main(argv=None):
             for dtype in pairs.ALL_DTYPES:
                 directions = ["fwd"] + (["bwd"] if pair.grad_keys else [])
                 for direction in directions:
+                    if time.time() - t_start > args.max_total_s:
+                        entries.append(not_run_entry(pair, case, dtype, direction, args.max_total_s))
+                        continue
                     entries.append(run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush))
                     e = entries[-1]
                     print(f"peer_bench: {e['op']}/{e['case']}/{e['dtype']}/{e['direction']}: torchvision "
@@ -140,16 +149,19 @@ def main(argv=None):
     return 0
 
 
-def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush):
+def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush, device="cuda", timer=None):
+    """One peers entry. device and timer exist for the CPU test of this function (suites/peer/test_peer_bench.py);
+    the runner always uses CUDA and measure()."""
+    timer = timer or measure
     name = pairs.DTYPE_NAME[dtype]
     entry = {"op": pair.op, "case": case.name, "shape": case.params.get("shape", ""), "dtype": name,
              "direction": direction, "detops_ms": None, "torchvision_ms": None, "speedup": None,
              "max_abs_error": None, "tolerance": None, "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER,
              "truth": pair.truth_note}
     try:
-        inp = pairs.cast_inputs(pair, base, dtype, "cuda")
+        inp = pairs.cast_inputs(pair, base, dtype, device)
         tin = pairs.as_truth_inputs(pair, inp, pair.truth_dtype(dtype))
-        missing = pairs.torchvision_kernel_missing(pair, dtype, "cuda")
+        missing = pairs.torchvision_kernel_missing(pair, dtype, device)
         if missing:
             entry["torchvision_note"] = missing
         atol, rtol = pair.tol[dtype]
@@ -176,18 +188,19 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
             ours = pair.detops(ins["detops"])
             grad_out = torch.randn(ours.shape, generator=g, dtype=torch.float64)
             truth_out = pair.tv(tin)
-            g_truth = torch.autograd.grad(truth_out, [tin[k] for k in pair.grad_keys], grad_out.to("cuda", truth_out.dtype))
-            g_ours = torch.autograd.grad(ours, [ins["detops"][k] for k in pair.grad_keys],
-                                         grad_out.to("cuda", ours.dtype), retain_graph=True)
+            # The error: gradients of out.sum() (a grad_output of ones, exact in every dtype), as suites/peer
+            # checks them, so the pair's tolerance applies. The timing: a seeded normal grad_output.
+            g_truth = torch.autograd.grad(truth_out.sum(), [tin[k] for k in pair.grad_keys])
+            g_ours = torch.autograd.grad(ours.sum(), [ins["detops"][k] for k in pair.grad_keys], retain_graph=True)
             entry["max_abs_error"] = max(pairs.max_abs_error(a, b) for a, b in zip(g_ours, g_truth))
-            entry["grad_output"] = "seeded normal"
+            entry["grad_output"] = "timed with a seeded normal grad_output; error from the gradients of out.sum()"
             fns = {"detops": backward_fn(torch, pair, ins["detops"], ours, grad_out)}
             if not missing:
                 theirs = pair.tv(ins["torchvision"])
                 fns["torchvision"] = backward_fn(torch, pair, ins["torchvision"], theirs, grad_out)
         for side, fn in fns.items():
-            n = choose_samples(torch, fn, args.samples, args.budget_s)
-            med, _ = measure(torch, fn, n, args.warmup, flush)
+            n = choose_samples(torch, fn, args.samples, args.budget_s, device)
+            med, _ = timer(torch, fn, n, args.warmup, flush)
             entry[f"{side}_ms"] = med
             entry["samples"][side] = n
         if entry["torchvision_ms"] is not None and entry["detops_ms"]:
@@ -197,9 +210,18 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
     return entry
 
 
+def not_run_entry(pair, case, dtype, direction, budget):
+    from peer import pairs
+
+    return {"op": pair.op, "case": case.name, "shape": case.params.get("shape", ""), "dtype": pairs.DTYPE_NAME[dtype],
+            "direction": direction, "detops_ms": None, "torchvision_ms": None, "speedup": None, "max_abs_error": None,
+            "tolerance": None, "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER,
+            "error": f"not run: the runner's time budget (--max-total-s {budget:g}) was spent"}
+
+
 def backward_fn(torch, pair, inp, out, grad_out):
     inputs = [inp[k] for k in pair.grad_keys]
-    go = grad_out.to("cuda", out.dtype)
+    go = grad_out.to(out.device, out.dtype)
     return lambda: torch.autograd.grad(out, inputs, go, retain_graph=True)
 
 

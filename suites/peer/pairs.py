@@ -6,8 +6,7 @@ the real-model shapes of shared/OPS.md (the same names and shapes as the C++ ben
 CUDA, scaled down on the CPU) and seeded random cases (the same size on both devices).
 """
 import dataclasses
-import math
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 
@@ -47,10 +46,6 @@ class Pair:
     tol: dict = dataclasses.field(default_factory=lambda: dict(TOL))
     truth_dtype: Callable = lambda dtype: F64  # torchvision's dtype for the truth, given ours
     truth_note: str = "torchvision in fp64 on our rounded inputs"
-    detops_name: Optional[str] = None          # the torch.ops.detops op that must exist
-
-    def shape_text(self, params):
-        return params.get("shape", "")
 
 
 # ---------------------------------------------------------------- input builders
@@ -371,7 +366,3 @@ def max_abs_error(a, b):
     if a.numel() == 0:
         return 0.0
     return float((a - b).abs().max())
-
-
-def finite_ok(x):
-    return math.isfinite(x)
