@@ -12,6 +12,7 @@ Without CUDA (or torchvision) it says so and exits 0.
 """
 import argparse
 import json
+import math
 import os
 import pathlib
 import statistics
@@ -207,6 +208,10 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
             entry["speedup"] = entry["torchvision_ms"] / entry["detops_ms"]
     except Exception as e:  # one failing pair must not lose the others
         entry["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    err = entry["max_abs_error"]
+    if err is not None and not math.isfinite(err):
+        entry["max_abs_error"] = None  # JSON has no NaN/inf
+        entry["check"] = f"DetOps differs from the truth by a non-finite amount ({err})"
     return entry
 
 
@@ -264,7 +269,7 @@ def markdown_table(entries):
 def write_atomic(path, obj):
     path = pathlib.Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, allow_nan=False))
+    tmp.write_text(json.dumps(obj, indent=1))
     os.replace(tmp, path)
 
 

@@ -119,3 +119,15 @@ def test_entries_past_the_time_budget_are_marked_not_run():
     rec["peers"] = [e]
     assert compare.validate_record(rec)[0] == "valid"
     assert "error: not run" in peer_bench.markdown_table([e])
+
+
+def test_non_finite_error_is_reported_not_written_as_nan():
+    pair = next(p for p in pairs.PAIRS if p.op == "roi_align")
+    case = next(c for c in pair.cases if c.kind == "random")
+    base = pair.make(case.cpu_params, case.seed)
+    base["x"][0, 0, 0, :] = float("nan")  # both sides propagate NaN where a sample touches it
+    base["rois"][0] = torch.tensor([0.0, 0.0, 0.0, 30.0, 30.0], dtype=torch.float64)  # an roi over that row
+    e = peer_bench.run_one(torch, pairs, nms_checks, pair, case, base, torch.float32, "fwd", Args, None,
+                           device="cpu", timer=wall_timer)
+    assert e["max_abs_error"] is None and "non-finite" in e["check"], e
+    json.dumps(e, allow_nan=False)
