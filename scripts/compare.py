@@ -612,6 +612,21 @@ def compare_outputs(rb, path_b, rc, path_c):
 # The whole comparison and its rendering
 
 
+def peer_key(e):
+    return f"{e.get('op')}/{e.get('case')}/{e.get('dtype')}/{e.get('direction')}"
+
+
+def compare_peers(rb, rc):
+    """The candidate's torchvision peer entries (docs/peers.md), each with the baseline's speed-up for the same
+    op/case/dtype/direction when the baseline has one. Informational: never gates."""
+    base = {peer_key(e): e for e in rb.get("peers") or []}
+    rows = []
+    for e in rc.get("peers") or []:
+        b = base.get(peer_key(e))
+        rows.append({**e, "key": peer_key(e), "baseline_speedup": b.get("speedup") if b else None})
+    return {"rows": rows, "baseline_has_peers": bool(base)}
+
+
 def compare_records(path_b, path_c, thresholds_path=None, cross_build=False):
     """Loads, validates and compares two records. Raises RecordError when they cannot be compared."""
     rb, rc = load_record(path_b), load_record(path_c)
@@ -642,7 +657,7 @@ def compare_records(path_b, path_c, thresholds_path=None, cross_build=False):
         "rule": {"threshold": DEFAULT_THRESHOLD, "thresholds_file": str(thresholds_path) if thresholds_path else None,
                  "alpha": ALPHA, "overlap_fraction": OVERLAP_FRACTION, "min_gating_repetitions": MIN_GATING_REPETITIONS},
         "notes": notes, "warnings": warnings,
-        "benchmarks": bench, "correctness": corr, "outputs": outputs,
+        "benchmarks": bench, "correctness": corr, "outputs": outputs, "peers": compare_peers(rb, rc),
         "confirmed_slower": confirmed_slower, "gating_correctness_changes": gating_correctness,
         "faster": [r["benchmark"] for r in bench["rows"] if r["verdict"] == "FASTER"],
         "exit_code": exit_code,
@@ -765,6 +780,10 @@ def render_markdown(result, max_listed=25):
             out.append(f"- {u}")
         out.append("")
 
+    peers = result.get("peers") or {"rows": []}
+    if peers["rows"]:
+        out.extend(render_peers(peers))
+
     if result["exit_code"] == EXIT_REGRESSION:
         parts = []
         if result["confirmed_slower"]:
@@ -779,6 +798,40 @@ def render_markdown(result, max_listed=25):
         out.append(f"Hint: {plural(len(result['faster']), 'benchmark')} confirmed FASTER: refresh the baseline with this candidate "
                    f"record ({result['candidate']['path']}) so later regressions are measured from the new level.")
     return "\n".join(out) + "\n"
+
+
+def _fmt_opt(v, spec):
+    return "none" if v is None else format(v, spec)
+
+
+def render_peers(peers):
+    """The candidate's table against torchvision (speed-up = torchvision ms / DetOps ms), with the baseline's
+    speed-up beside it when the baseline record has peer entries."""
+    with_base = peers["baseline_has_peers"]
+    out = ["### Against torchvision (candidate)", ""]
+    head = "| op | case | dtype | direction | torchvision ms | DetOps ms | speed-up |"
+    rule = "|---|---|---|---|---:|---:|---:|"
+    if with_base:
+        head += " baseline speed-up |"
+        rule += "---:|"
+    out += [head + " max error |", rule + "---:|"]
+    for r in peers["rows"]:
+        if r.get("error"):
+            err = "error: " + str(r["error"]).replace("|", "/")[:120]
+        elif r.get("max_abs_error") is not None:
+            err = format(r["max_abs_error"], ".3g")
+        else:
+            err = r.get("check") or "-"
+        line = (f"| {r['op']} | {r['case']} | {r['dtype']} | {r['direction']} | {_fmt_opt(r.get('torchvision_ms'), '#.4g')} | "
+                f"{_fmt_opt(r.get('detops_ms'), '#.4g')} | {_fmt_opt(r.get('speedup'), '.2f')}{'x' if r.get('speedup') is not None else ''} |")
+        if with_base:
+            b = r.get("baseline_speedup")
+            line += f" {_fmt_opt(b, '.2f')}{'x' if b is not None else ''} |"
+        out.append(line + f" {err} |")
+    out.append("")
+    out.append("torchvision none: torchvision has no kernel for that dtype on CUDA. Informational: peer timings never gate.")
+    out.append("")
+    return out
 
 
 def _jsonable(x):

@@ -400,6 +400,90 @@ def comparison_section(result):
     return "".join(parts)
 
 
+def speedup_chart(entries, width=1160, label_w=330, row_h=17, group_h=22):
+    """Speed-up over torchvision (torchvision ms / DetOps ms) per entry on a log axis centred on 1x; green when
+    DetOps is faster, red when slower; entries without a torchvision time are listed as 'none'."""
+    timed = [e for e in entries if e.get("speedup")]
+    extent = max([abs(math.log(e["speedup"])) for e in timed] + [math.log(2)]) * 1.15
+    plot_w = width - label_w - 200
+    mid = label_w + plot_w / 2
+    groups = collections.OrderedDict()
+    for e in entries:
+        groups.setdefault(e["op"], []).append(e)
+    height = 34 + len(entries) * row_h + len(groups) * group_h + 10
+
+    def x(r):
+        return mid + math.log(r) / extent * plot_w / 2
+
+    out = [f"<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' role='img' "
+           f"aria-label='speed-up over torchvision per op, case, dtype and direction'>"]
+    for t in (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0, 30.0, 100.0):
+        if abs(math.log(t)) > extent:
+            continue
+        out.append(f"<line x1='{x(t):.1f}' y1='22' x2='{x(t):.1f}' y2='{height - 6}' "
+                   f"stroke='{'#333' if t == 1.0 else '#eceef1'}'/>")
+        out.append(f"<text x='{x(t):.1f}' y='15' text-anchor='middle'>{t:g}x</text>")
+    out.append(f"<text x='{label_w + plot_w + 12}' y='15'>speed-up</text>")
+    y = 30
+    for op, members in groups.items():
+        out.append(f"<text class='grp' x='4' y='{y + 15}'>{esc(op)}</text>")
+        y += group_h
+        for e in members:
+            cy = y + row_h / 2
+            label = f"{e['case']} · {e['dtype']} · {e['direction']}"
+            out.append(f"<text x='{label_w - 8}' y='{cy + 4:.1f}' text-anchor='end'>{esc(label)}</text>")
+            sp = e.get("speedup")
+            if sp:
+                c = "#2ca02c" if sp >= 1 else "#d62728"
+                x0, x1 = sorted((mid, x(sp)))
+                out.append(f"<g><title>{esc(e['op'])}/{esc(label)}: torchvision {e['torchvision_ms']:.4g} ms, DetOps "
+                           f"{e['detops_ms']:.4g} ms</title><rect x='{x0:.1f}' y='{y + 3}' width='{max(x1 - x0, 1.5):.1f}' "
+                           f"height='{row_h - 6}' fill='{c}' fill-opacity='0.85' rx='2'/>"
+                           f"<text x='{label_w + plot_w + 12}' y='{cy + 4:.1f}'>{sp:.2f}x</text></g>")
+            else:
+                why = e.get("error") or e.get("torchvision_note") or "no torchvision time"
+                out.append(f"<text x='{label_w + plot_w + 12}' y='{cy + 4:.1f}' fill='#888'><title>{esc(why)}</title>"
+                           f"{'error' if e.get('error') else 'none'}</text>")
+            y += row_h
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def peers_section(record):
+    """'Against torchvision': the peer runner's table (scripts/peer_bench.py) and speed-up bars."""
+    entries = record.get("peers") or []
+    if not entries:
+        return ("<section id='peers'><h2>Against torchvision</h2><p class='note'>No peer entries in this record "
+                "(scripts/peer_bench.py did not run: no torchvision, or no GPU).</p></section>")
+
+    def ms(v):
+        return "none" if v is None else f"{v:.4g}"
+
+    trs = []
+    for e in entries:
+        if e.get("error"):
+            err = f"<span class='fail-msg'>error: {esc(e['error'])}</span>"
+        elif e.get("max_abs_error") is not None:
+            tol = e.get("tolerance") or {}
+            err = f"{e['max_abs_error']:.3g}" + (f" <small>(atol {tol['atol']:g})</small>" if "atol" in tol else "")
+        else:
+            err = esc(e.get("check") or "-")
+        sp = "none" if not e.get("speedup") else f"{e['speedup']:.2f}x"
+        tv = ms(e.get("torchvision_ms"))
+        if e.get("torchvision_ms") is None and e.get("torchvision_note"):
+            tv = f"<span title='{esc(e['torchvision_note'])}'>none</span>"
+        trs.append(f"<tr><td>{esc(e['op'])}</td><td>{esc(e['case'])}<div class='shape'>{esc(e.get('shape', ''))}</div></td>"
+                   f"<td>{esc(e['dtype'])}</td><td>{esc(e['direction'])}</td><td class='num'>{tv}</td>"
+                   f"<td class='num'>{ms(e.get('detops_ms'))}</td><td class='num'>{sp}</td><td class='num'>{err}</td></tr>")
+    timer = esc(entries[0].get("timer", ""))
+    return (f"<section id='peers'><h2>Against torchvision</h2><p class='note'>Both ops timed in the same process on the "
+            f"same CUDA inputs ({timer}; cold L2, median kernel time per call). Speed-up = torchvision ms / DetOps ms; "
+            f"none: torchvision has no kernel for that dtype. Max error: DetOps against the truth (docs/peers.md).</p>"
+            f"{speedup_chart(entries)}<div class='scroll'><table id='peer-table'><tr><th>op</th><th>case</th><th>dtype</th>"
+            f"<th>dir</th><th class='num'>torchvision ms</th><th class='num'>DetOps ms</th><th class='num'>speed-up</th>"
+            f"<th class='num'>max error</th></tr>{''.join(trs)}</table></div></section>")
+
+
 def legend():
     return "<div class='legend'>" + "".join(f"<span style='--c:{c}'>{d}</span>" for d, c in DTYPE_COLOURS.items()) + "</div>"
 
@@ -462,6 +546,7 @@ def render(record, record_path, result=None):
              correctness_section(record)]
     if result:
         parts.append(comparison_section(result))
+    parts.append(peers_section(record))
     parts.append(f"<section id='time-chart'><h2>Time per benchmark</h2><p class='note'>GPU time per op call "
                  f"({esc(p['timer'] or 'timer unknown')}), log scale: dot = median, thick bar = q1–q3, thin line = min–max "
                  f"of the samples.</p>{legend()}{time_chart(rows)}</section>")

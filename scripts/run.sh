@@ -8,6 +8,7 @@
 #   summary.md         correctness counts, reproducibility, largest errors, failures
 #   outputs/           every forward output (subsampled), for comparing builds (compare.py --cross-build)
 #   record.json        the run record: benchmarks + correctness + provenance (docs/record-format.md)
+#   peers.md, peer_bench.log, peer_pytest.log   the torchvision peer suite (docs/peers.md), when torchvision imports
 #   compare.md         the comparison with the baseline (when one exists)
 #   report.html        the readable report
 # Without a GPU it says so, runs the CPU checks and exits 0 when they pass (no benchmarks, no record).
@@ -64,7 +65,28 @@ elapsed=$(( $(date +%s) - start ))
 "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/summarize_correctness.py" "$out/correctness.json" --wall-seconds "$elapsed" \
   | tee "$out/summary.md"
 
+# The torchvision peer suite (docs/peers.md): pytest on suites/peer ($1: what to say about the devices).
+peer_available() {
+  "$DETOPS_PYTHON" -c 'import torchvision' >/dev/null 2>&1
+}
+run_peer_pytest() {
+  detops_log "peer suite: pytest suites/peer ($1; log: ${out#$DETOPS_ROOT/}/peer_pytest.log)"
+  set +e
+  DETOPS_TORCH_LIBRARY="$DETOPS_BUILD_DIR/ops/libdetops_torch.so" PYTHONDONTWRITEBYTECODE=1 \
+    "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "$DETOPS_ROOT/suites/peer" >"$out/peer_pytest.log" 2>&1
+  local prc=$?
+  set -e
+  detops_log "peer suite: $(tail -n1 "$out/peer_pytest.log") (exit $prc)"
+  [ $prc -ne 0 ] && status=1
+  return 0
+}
+
 if [ "$gpu" = no-gpu ] || [ "${DETOPS_SKIP_BENCH:-0}" = 1 ]; then
+  if ! peer_available; then
+    detops_log "torchvision not installed: peer suite skipped"
+  elif [ "$gpu" = no-gpu ]; then
+    run_peer_pytest "CPU only: the peer timing needs a GPU"
+  fi
   detops_log "no benchmarks: $([ "$gpu" = no-gpu ] && echo 'no GPU' || echo 'DETOPS_SKIP_BENCH=1'); results in ${out#$DETOPS_ROOT/}"
   exit $status
 fi
@@ -92,6 +114,21 @@ if os.path.isfile(os.path.join(os.path.dirname(path), "outputs", "index.json")):
         json.dump(rec, f, indent=1)
     os.replace(tmp, path)
 PY
+
+if peer_available; then
+  detops_log "peer timing against torchvision: scripts/peer_bench.py (torch.profiler kernel time; log: ${out#$DETOPS_ROOT/}/peer_bench.log)"
+  set +e
+  DETOPS_TORCH_LIBRARY="$DETOPS_BUILD_DIR/ops/libdetops_torch.so" PYTHONDONTWRITEBYTECODE=1 \
+    "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/peer_bench.py" --record "$out/record.json" >"$out/peers.md" 2>"$out/peer_bench.log"
+  rc=$?
+  set -e
+  cat "$out/peers.md"
+  detops_log "peer timing: exit $rc"
+  [ $rc -ne 0 ] && status=1
+  run_peer_pytest "CPU and CUDA"
+else
+  detops_log "torchvision not installed: peer suite skipped"
+fi
 
 detops_log "[4/5] comparison with the baseline"
 key=$("$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/baseline_key.py" "$out/record.json")

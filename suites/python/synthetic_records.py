@@ -148,6 +148,26 @@ def demo_tests(fail=()):
     return tests
 
 
+def peer_entry(op, case, dtype, direction, tv_ms, detops_ms, max_abs_error=1e-6, **extra):
+    """One "peers" entry as scripts/peer_bench.py writes it (tv_ms None: torchvision has no kernel)."""
+    e = {"op": op, "case": case, "shape": f"{case} shape", "dtype": dtype, "direction": direction,
+         "detops_ms": detops_ms, "torchvision_ms": tv_ms,
+         "speedup": (tv_ms / detops_ms) if tv_ms is not None and detops_ms else None,
+         "max_abs_error": max_abs_error, "tolerance": {"atol": 1e-4, "rtol": 1e-5},
+         "samples": {"detops": 30, "torchvision": 30 if tv_ms is not None else 0},
+         "timer": "torch.profiler (Kineto/CUPTI)", "truth": "torchvision in fp64 on our rounded inputs"}
+    e.update(extra)
+    return e
+
+
+def demo_peers(factor=1.0):
+    return [peer_entry("roi_align", "box_head_1000", "fp32", "fwd", 0.90, 0.30 * factor),
+            peer_entry("roi_align", "box_head_1000", "bf16", "fwd", None, 0.20 * factor, 2e-3,
+                       torchvision_note="torchvision has no bf16 kernel for roi_align on cuda"),
+            peer_entry("nms", "boxes_20000", "fp32", "fwd", 4.0, 0.5 * factor, None, tolerance=None,
+                       check="valid (not margin-clean: checked for validity, not against torchvision's list)")]
+
+
 def write(path, record):
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -538,3 +538,56 @@ def test_validation_without_jsonschema_says_skipped(tmp_path, capsys, monkeypatc
     code, _ = run(tmp_path, sr.make_record(BENCH, seed=1), sr.make_record(BENCH, seed=2))
     assert code == compare.EXIT_OK
     assert "schema validation skipped: jsonschema not installed" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------------
+# The torchvision peer table (docs/peers.md)
+
+def test_peer_table_with_baseline_speedup(tmp_path, capsys):
+    base = sr.make_record(BENCH, seed=1)
+    base["peers"] = sr.demo_peers(factor=1.0)
+    cand = sr.make_record(BENCH, seed=2)
+    cand["peers"] = sr.demo_peers(factor=0.5)  # DetOps twice as fast as in the baseline
+    code, res = run(tmp_path, base, cand)
+    assert code == compare.EXIT_OK, "peer timings never gate"
+    rows = {r["key"]: r for r in res["peers"]["rows"]}
+    assert rows["roi_align/box_head_1000/fp32/fwd"]["speedup"] == pytest.approx(6.0)
+    assert rows["roi_align/box_head_1000/fp32/fwd"]["baseline_speedup"] == pytest.approx(3.0)
+    assert rows["roi_align/box_head_1000/bf16/fwd"]["speedup"] is None
+    out = capsys.readouterr().out
+    assert "### Against torchvision (candidate)" in out
+    assert ("| op | case | dtype | direction | torchvision ms | DetOps ms | speed-up | baseline speed-up | max error |"
+            in out)
+    assert "| roi_align | box_head_1000 | fp32 | fwd | 0.9000 | 0.1500 | 6.00x | 3.00x | 1e-06 |" in out
+    assert "| roi_align | box_head_1000 | bf16 | fwd | none | 0.1000 | none | none | 0.002 |" in out
+    assert "| nms | boxes_20000 | fp32 | fwd | 4.000 | 0.2500 | 16.00x | 8.00x | valid (not margin-clean" in out
+
+
+def test_peer_table_without_baseline_peers_and_errors(tmp_path, capsys):
+    cand = sr.make_record(BENCH, seed=2)
+    cand["peers"] = sr.demo_peers() + [sr.peer_entry("nms", "boxes_1000", "fp16", "fwd", None, None, None,
+                                                     error="RuntimeError: boom | bad")]
+    code, res = run(tmp_path, sr.make_record(BENCH, seed=1), cand)
+    assert code == compare.EXIT_OK
+    assert not res["peers"]["baseline_has_peers"]
+    out = capsys.readouterr().out
+    assert "baseline speed-up" not in out
+    assert "| roi_align | box_head_1000 | fp32 | fwd | 0.9000 | 0.3000 | 3.00x | 1e-06 |" in out
+    assert "| nms | boxes_1000 | fp16 | fwd | none | none | none | error: RuntimeError: boom / bad |" in out
+
+
+def test_no_peers_no_peer_section(tmp_path, capsys):
+    run(tmp_path, sr.make_record(BENCH, seed=1), sr.make_record(BENCH, seed=2))
+    assert "Against torchvision" not in capsys.readouterr().out
+
+
+def test_peer_entries_are_schema_checked(tmp_path):
+    rec = sr.make_record(BENCH, seed=1)
+    rec["peers"] = sr.demo_peers()
+    assert compare.validate_record(rec)[0] == "valid"
+    rec["peers"][0]["dtype"] = "float32"
+    status, errors = compare.validate_record(rec)
+    assert status == "invalid" and any("peers" in e for e in errors)
+    rec["peers"][0]["dtype"] = "fp32"
+    del rec["peers"][0]["torchvision_ms"]
+    assert compare.validate_record(rec)[0] == "invalid"

@@ -197,3 +197,31 @@ def test_report_cross_build_shows_labels_and_output_movement(tmp_path):
     assert "Outputs between the builds" in comp
     # |diff| 1e-5 over the tolerance 1e-5 + 1e-5 * 2 = 3e-5 at the moved element
     assert "roi_align cuda fp32 1 0 1e-05 0.333 0" in " ".join(comp.split())
+
+
+def test_report_shows_peers_table_and_speedup_bars(tmp_path):
+    rec = sr.make_record(sr.demo_benchmarks(), sr.demo_tests(), seed=1)
+    rec["peers"] = sr.demo_peers() + [sr.peer_entry("nms", "boxes_1000", "fp16", "fwd", None, None, None,
+                                                    error="RuntimeError: <boom>")]
+    path = sr.write(tmp_path / "run" / "record.json", rec)
+    out = tmp_path / "r.html"
+    assert report.main([str(path), "-o", str(out)]) == 0
+    page = parse(out)
+    text = " ".join(page.section_text["peers"].split())
+    assert "Against torchvision" in text and "torch.profiler (Kineto/CUPTI)" in text
+    assert "roi_align box_head_1000 box_head_1000 shape fp32 fwd 0.9 0.3 3.00x 1e-06" in text
+    assert "roi_align box_head_1000 box_head_1000 shape bf16 fwd none 0.2 none 0.002" in text
+    assert "nms boxes_20000 boxes_20000 shape fp32 fwd 4 0.5 8.00x valid (not margin-clean" in text
+    assert "error: RuntimeError: <boom>" in text  # escaped, shown as text
+    titles = [t for t in page.svg_titles if ": torchvision " in t]
+    assert "roi_align/box_head_1000 · fp32 · fwd: torchvision 0.9 ms, DetOps 0.3 ms" in titles
+    assert "nms/boxes_20000 · fp32 · fwd: torchvision 4 ms, DetOps 0.5 ms" in titles
+    assert len(titles) == 2  # entries without a torchvision time get no bar
+    assert sum(1 for tag, _ in page.tags if tag == "svg") == 3
+
+
+def test_report_without_peers_says_why(demo, tmp_path):
+    _, cand = demo
+    out = tmp_path / "r.html"
+    assert report.main([str(cand), "-o", str(out)]) == 0
+    assert "No peer entries in this record" in parse(out).section_text["peers"]

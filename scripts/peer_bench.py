@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Times each DetOps op and its torchvision counterpart (suites/peer/pairs.py) on the same CUDA inputs in the
+same process, and writes the "peers" array of a run record. See docs/peers.md.
+
+Timer: torch.profiler (Kineto, on CUPTI). Per sample: a flush kernel over a buffer of twice the L2 size (outside
+any measured range), then one call inside torch.profiler.record_function; the sample is the sum of the device
+durations of the kernels launched inside that range (by any thread: backward runs on autograd's device
+thread). Warm-up calls first; the median over the samples is reported.
+
+Usage: peer_bench.py [--record run/record.json] [--samples 30] [--ops roi_align,nms] [--json-out peers.json]
+Without CUDA (or torchvision) it says so and exits 0.
+"""
+import argparse
+import json
+import math
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "suites"))
+
+TIMER = "torch.profiler (Kineto/CUPTI)"
+RANGE = "detops_peer_sample"
+
+
+def kernel_sample_times(prof, n):
+    """Per-sample kernel time (ms): the durations of the kernels whose launching CPU op started inside the i-th
+    RANGE (any thread), summed; each kernel is attached to exactly one CPU event."""
+    from torch.autograd import DeviceType
+
+    events = [e for e in prof.events() if e.device_type == DeviceType.CPU]
+    ranges = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == RANGE)
+    if len(ranges) != n:
+        raise RuntimeError(f"expected {n} profiler ranges named {RANGE}, found {len(ranges)}")
+    totals = [0.0] * n
+    counts = [0] * n
+    starts = [r[0] for r in ranges]
+    import bisect
+
+    for e in events:
+        if not e.kernels or e.name == RANGE:
+            continue
+        t = e.time_range.start
+        i = bisect.bisect_right(starts, t) - 1
+        if i >= 0 and t <= ranges[i][1]:
+            totals[i] += sum(k.duration for k in e.kernels)
+            counts[i] += len(e.kernels)
+    return [t / 1000.0 for t in totals], counts  # us -> ms
+
+
+def measure(torch, fn, samples, warmup, flush):
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(samples):
+            flush.zero_()  # cold L2: outside the measured range
+            with record_function(RANGE):
+                fn()
+        torch.cuda.synchronize()
+    times, counts = kernel_sample_times(prof, samples)
+    if min(counts) == 0:
+        raise RuntimeError("a sample recorded no kernel: the profiler did not attribute the kernels to the range")
+    return statistics.median(times), times
+
+
+def sync(torch, device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def choose_samples(torch, fn, base, budget_s, device="cuda"):
+    """base samples, more (up to 10x) for fast calls, within about budget_s of wall time."""
+    sync(torch, device)
+    t = time.perf_counter()
+    fn()
+    sync(torch, device)
+    per_call = max(time.perf_counter() - t, 1e-6)
+    return int(max(base, min(10 * base, budget_s / per_call)))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--record", help="run record.json: its \"peers\" array is replaced (temp file + rename)")
+    ap.add_argument("--json-out", help="also write the peers entries here")
+    ap.add_argument("--samples", type=int, default=30, help="minimum samples per side (default 30)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--budget-s", type=float, default=0.25, help="wall time per side that sets the sample count")
+    ap.add_argument("--ops", help="comma-separated op names (default: all pairs)")
+    ap.add_argument("--max-total-s", type=float, default=210.0,
+                    help="time budget: entries not started by then are recorded as not run (default 210 s)")
+    ap.add_argument("--library", help="libdetops_torch.so (default: $DETOPS_TORCH_LIBRARY or build/*/ops)")
+    args = ap.parse_args(argv)
+
+    try:
+        import torch
+    except ImportError:
+        print("peer_bench: torch is not installed: peer timing skipped")
+        return 0
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        print("peer_bench: torchvision not installed: peer suite skipped")
+        return 0
+    if not torch.cuda.is_available():
+        print("peer_bench: no CUDA device: the speed half of the peer suite needs a GPU (nothing timed; "
+              "correctness runs on the CPU in suites/peer)")
+        return 0
+
+    from peer import nms_checks, pairs
+
+    pairs.load_library(args.library)
+    wanted = set(args.ops.split(",")) if args.ops else None
+    props = torch.cuda.get_device_properties(0)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0) or 64 << 20
+    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+    t_start = time.time()
+    entries = []
+    for pair in pairs.PAIRS:
+        if wanted and pair.op not in wanted:
+            continue
+        for case in (c for c in pair.cases if c.kind == "model"):
+            base = pair.make(case.params, case.seed)
+            for dtype in pairs.ALL_DTYPES:
+                directions = ["fwd"] + (["bwd"] if pair.grad_keys else [])
+                for direction in directions:
+                    if time.time() - t_start > args.max_total_s:
+                        entries.append(not_run_entry(pair, case, dtype, direction, args.max_total_s))
+                        continue
+                    entries.append(run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush))
+                    e = entries[-1]
+                    print(f"peer_bench: {e['op']}/{e['case']}/{e['dtype']}/{e['direction']}: torchvision "
+                          f"{fmt(e['torchvision_ms'])} ms, DetOps {fmt(e['detops_ms'])} ms", file=sys.stderr, flush=True)
+            del base
+            torch.cuda.empty_cache()
+    print(markdown_table(entries))
+    print(f"\n{len(entries)} entries in {time.time() - t_start:.0f} s; timer: {TIMER}, cold L2 "
+          f"({2 * l2 >> 20} MiB flush), median of >= {args.samples} samples per side")
+    if args.json_out:
+        write_atomic(args.json_out, {"peers": entries})
+    if args.record:
+        rec = json.loads(pathlib.Path(args.record).read_text())
+        rec["peers"] = entries
+        write_atomic(args.record, rec)
+    return 0
+
+
+def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush, device="cuda", timer=None):
+    """One peers entry. device and timer exist for the CPU test of this function (suites/peer/test_peer_bench.py);
+    the runner always uses CUDA and measure()."""
+    timer = timer or measure
+    name = pairs.DTYPE_NAME[dtype]
+    entry = {"op": pair.op, "case": case.name, "shape": case.params.get("shape", ""), "dtype": name,
+             "direction": direction, "detops_ms": None, "torchvision_ms": None, "speedup": None,
+             "max_abs_error": None, "tolerance": None, "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER,
+             "truth": pair.truth_note}
+    try:
+        inp = pairs.cast_inputs(pair, base, dtype, device)
+        tin = pairs.as_truth_inputs(pair, inp, pair.truth_dtype(dtype))
+        missing = pairs.torchvision_kernel_missing(pair, dtype, device)
+        if missing:
+            entry["torchvision_note"] = missing
+        atol, rtol = pair.tol[dtype]
+        entry["tolerance"] = {"atol": atol, "rtol": rtol}
+        if direction == "fwd":
+            ours = pair.detops(inp)
+            truth = pair.tv(tin)
+            if pair.kind == "nms":
+                entry["tolerance"] = None
+                entry.update(nms_check(torch, nms_checks, pair, inp, ours, truth, dtype))
+            else:
+                entry["max_abs_error"] = pairs.max_abs_error(ours, truth)
+            fns = {"detops": lambda: pair.detops(inp)}
+            if not missing:
+                fns["torchvision"] = lambda: pair.tv(inp)
+        else:
+            g = torch.Generator().manual_seed(case.seed + 7)
+            ins = {side: dict(inp) for side in ("detops", "torchvision")}
+            for side in ins:
+                for k in pair.grad_keys:
+                    ins[side][k] = inp[k].detach().clone().requires_grad_()
+            for k in pair.grad_keys:
+                tin[k] = tin[k].detach().requires_grad_()
+            ours = pair.detops(ins["detops"])
+            grad_out = torch.randn(ours.shape, generator=g, dtype=torch.float64)
+            truth_out = pair.tv(tin)
+            # The error: gradients of out.sum() (a grad_output of ones, exact in every dtype), as suites/peer
+            # checks them, so the pair's tolerance applies. The timing: a seeded normal grad_output.
+            g_truth = torch.autograd.grad(truth_out.sum(), [tin[k] for k in pair.grad_keys])
+            g_ours = torch.autograd.grad(ours.sum(), [ins["detops"][k] for k in pair.grad_keys], retain_graph=True)
+            entry["max_abs_error"] = max(pairs.max_abs_error(a, b) for a, b in zip(g_ours, g_truth))
+            entry["grad_output"] = "timed with a seeded normal grad_output; error from the gradients of out.sum()"
+            fns = {"detops": backward_fn(torch, pair, ins["detops"], ours, grad_out)}
+            if not missing:
+                theirs = pair.tv(ins["torchvision"])
+                fns["torchvision"] = backward_fn(torch, pair, ins["torchvision"], theirs, grad_out)
+        for side, fn in fns.items():
+            n = choose_samples(torch, fn, args.samples, args.budget_s, device)
+            med, _ = timer(torch, fn, n, args.warmup, flush)
+            entry[f"{side}_ms"] = med
+            entry["samples"][side] = n
+        if entry["torchvision_ms"] is not None and entry["detops_ms"]:
+            entry["speedup"] = entry["torchvision_ms"] / entry["detops_ms"]
+    except Exception as e:  # one failing pair must not lose the others
+        entry["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    err = entry["max_abs_error"]
+    if err is not None and not math.isfinite(err):
+        entry["max_abs_error"] = None  # JSON has no NaN/inf
+        entry["check"] = f"DetOps differs from the truth by a non-finite amount ({err})"
+    return entry
+
+
+def not_run_entry(pair, case, dtype, direction, budget):
+    from peer import pairs
+
+    return {"op": pair.op, "case": case.name, "shape": case.params.get("shape", ""), "dtype": pairs.DTYPE_NAME[dtype],
+            "direction": direction, "detops_ms": None, "torchvision_ms": None, "speedup": None, "max_abs_error": None,
+            "tolerance": None, "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER,
+            "error": f"not run: the runner's time budget (--max-total-s {budget:g}) was spent"}
+
+
+def backward_fn(torch, pair, inp, out, grad_out):
+    inputs = [inp[k] for k in pair.grad_keys]
+    go = grad_out.to(out.device, out.dtype)
+    return lambda: torch.autograd.grad(out, inputs, go, retain_graph=True)
+
+
+def nms_check(torch, nms_checks, pair, inp, ours, truth, dtype):
+    idxs = inp["idxs"] if pair.op == "batched_nms" else None
+    distinct = inp["scores"].unique().numel() == inp["scores"].numel()
+    if distinct and nms_checks.margin_clean(inp["boxes"], inp["iou"], idxs=idxs):
+        same = ours.cpu().tolist() == truth.cpu().tolist()
+        return {"check": "same keep list as torchvision fp64" if same else "keep list DIFFERS from torchvision fp64",
+                "max_abs_error": 0.0 if same else None}
+    try:
+        nms_checks.check_validity(inp["boxes"], inp["scores"], ours, inp["iou"],
+                                  1e-12 if dtype == torch.float64 else 2e-6, idxs)
+        return {"check": "valid (not margin-clean: checked for validity, not against torchvision's list)"}
+    except AssertionError as e:
+        return {"check": f"INVALID: {e}"}
+
+
+def fmt(v, digits=4):
+    if v is None:
+        return "none"
+    if v == 0:
+        return "0"
+    return f"{v:.{digits}g}"
+
+
+def markdown_table(entries):
+    lines = ["| op | case | dtype | direction | torchvision ms | DetOps ms | speed-up | max error |",
+             "|---|---|---|---|---:|---:|---:|---:|"]
+    for e in entries:
+        err = fmt(e.get("max_abs_error"), 3) if e.get("max_abs_error") is not None else (e.get("check") or "-")
+        if e.get("error"):
+            err = f"error: {e['error']}"
+        sp = f"{e['speedup']:.2f}x" if e.get("speedup") else "-"
+        lines.append(f"| {e['op']} | {e['case']} | {e['dtype']} | {e['direction']} | {fmt(e['torchvision_ms'])} | "
+                     f"{fmt(e['detops_ms'])} | {sp} | {err} |")
+    return "\n".join(lines)
+
+
+def write_atomic(path, obj):
+    path = pathlib.Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
