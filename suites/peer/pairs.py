@@ -50,9 +50,14 @@ class Pair:
 
 # ---------------------------------------------------------------- input builders
 def image_rois(g, k, n, img_h, img_w):
+    """rois inside the image, as RPN proposals are (clipped to it). Clipping also keeps every bilinear sample
+    point off x = W and y = H of the feature map, where RoIAlign's definition jumps from the edge value to 0
+    and rounding alone decides the side: on the H200, one unclipped bf16 roi put a sample at x = 336.00000000000006
+    in fp64 (0) and 336.0 in fp32 (the edge value, 0.45), a 0.45 "error" that no kernel can avoid."""
     u = torch.rand(k, 4, generator=g, dtype=F64)
     x1, y1 = u[:, 0] * img_w * 0.8, u[:, 1] * img_h * 0.8
-    x2, y2 = x1 + 1 + u[:, 2] * img_w * 0.5, y1 + 1 + u[:, 3] * img_h * 0.5
+    x2 = torch.clamp(x1 + 1 + u[:, 2] * img_w * 0.5, max=img_w)
+    y2 = torch.clamp(y1 + 1 + u[:, 3] * img_h * 0.5, max=img_h)
     b = torch.randint(0, n, (k,), generator=g).to(F64)
     return torch.stack([b, x1, y1, x2, y2], 1)
 
