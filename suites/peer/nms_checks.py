@@ -1,5 +1,5 @@
-"""NMS checks for the peer suite: the same rules as suites/python/test_nms.py (check_validity there),
-kept here so the peer suite and scripts/peer_bench.py can import them without pytest's conftest."""
+"""NMS checks shared by suites/python/test_nms.py, the peer suite and scripts/peer_bench.py: the validity rules
+of docs/ops/nms.md and the margin-clean test. Plain functions, importable without pytest's conftest."""
 import torch
 
 

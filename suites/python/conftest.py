@@ -1,7 +1,10 @@
 import os
 import pathlib
+import sys
 
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # suites/: makes `peer` importable
 
 try:
     import torch

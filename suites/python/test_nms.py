@@ -13,66 +13,12 @@ from conftest import devices
 torchvision = pytest.importorskip("torchvision", reason="torchvision is not installed: no peer to compare against")
 from torchvision import ops as tv  # noqa: E402
 
+# One copy of the NMS validity check and the margin-clean grid generator, shared with the peer suite.
+from peer.nms_checks import check_validity  # noqa: E402
+from peer.pairs import grid_case  # noqa: E402
+
 detops = torch.ops.detops
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
-
-
-def iou_matrix(boxes):
-    b = boxes.double()
-    return tv.box_iou(b, b)
-
-
-def grid_case(n, threshold, seed, classes=0):
-    """Integer boxes in [0, 256), each accepted only away from the threshold; distinct bf16-exact scores."""
-    g = torch.Generator().manual_seed(seed)
-    boxes, cls = [], []
-    while len(boxes) < n:
-        w, h = (torch.randint(8, 65, (2,), generator=g)).tolist()
-        x, y = torch.randint(0, 256 - 64, (2,), generator=g).tolist()
-        c = int(torch.randint(0, max(classes, 1), (1,), generator=g))
-        cand = torch.tensor([[x, y, x + w, y + h]], dtype=torch.float64)
-        if boxes:
-            prev = torch.tensor(boxes, dtype=torch.float64)
-            iou = tv.box_iou(prev, cand)[:, 0]
-            same = torch.tensor(cls) == c if classes else torch.ones(len(boxes), dtype=torch.bool)
-            if ((iou - threshold).abs()[same] <= 1e-3).any():
-                continue
-        boxes.append(cand[0].tolist())
-        cls.append(c)
-    k = torch.arange(n, dtype=torch.float64)
-    scores = (1 + (k % 128) / 128) * torch.pow(2.0, (k // 128) - 12)
-    scores = scores[torch.randperm(n, generator=g)]
-    return torch.tensor(boxes, dtype=torch.float64), scores, torch.tensor(cls, dtype=torch.int64)
-
-
-def check_validity(boxes, scores, keep, threshold, tol, idxs=None):
-    """Every kept box has no earlier kept box above threshold + tol; every suppressed box has a kept box of at
-    least its score above threshold - tol; indices distinct and in range; scores non-increasing along keep.
-    Vectorized over chunks so 100,000 boxes stay cheap."""
-    n = boxes.shape[0]
-    keep = keep.cpu()
-    assert keep.unique().numel() == keep.numel()
-    assert bool(((keep >= 0) & (keep < n)).all())
-    b, s = boxes.double().cpu(), scores.double().cpu()
-    ks = s[keep]
-    assert bool((ks[:-1] >= ks[1:]).all()), "scores increase along keep"
-    cls = None if idxs is None else idxs.cpu()
-
-    def iou(rows, cols):
-        m = tv.box_iou(b[rows], b[cols])
-        m = torch.nan_to_num(m, nan=0.0)
-        if cls is not None:
-            m = torch.where(cls[rows][:, None] == cls[cols][None, :], m, torch.zeros_like(m))
-        return m
-
-    kk = iou(keep, keep)
-    assert not bool(torch.triu(kk > threshold + tol, diagonal=1).any()), "a kept box overlaps an earlier kept box"
-    suppressed = torch.ones(n, dtype=torch.bool)
-    suppressed[keep] = False
-    sup = suppressed.nonzero().flatten()
-    for chunk in sup.split(8192):
-        ok = (iou(keep, chunk) > threshold - tol) & (ks[:, None] >= s[chunk][None, :])
-        assert bool(ok.any(0).all()), "a suppressed box has no suppressor"
 
 
 @pytest.mark.parametrize("device", devices())
