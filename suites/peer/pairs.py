@@ -6,6 +6,7 @@ the real-model shapes of shared/OPS.md (the same names and shapes as the C++ ben
 CUDA, scaled down on the CPU) and seeded random cases (the same size on both devices).
 """
 import dataclasses
+import math
 from typing import Callable
 
 import torch
@@ -65,13 +66,22 @@ def image_rois(g, k, n, img_h, img_w):
 def grid_rois(g, k, n, h, w, scale, ph, pw):
     """rois whose scaled sizes are whole multiples of the pooled size at integer positions: every bin edge is
     an integer in any dtype, so position-sensitive pooling agrees exactly on the bin contents. They stay off the
-    last row and column, which torchvision's ps_roi_pool forward clips away (docs/ops/ps_roi.md)."""
+    last row and column, which torchvision's ps_roi_pool forward clips away (docs/ops/ps_roi.md).
+
+    The image coordinates (feature coordinates / scale) must also survive rounding to bf16, whose spacing is 8
+    between 1024 and 2048: a roi edge at 1348 px becomes 1344 and its bins stop being whole (on the H200 that
+    moved whole rows between bins, a 0.07 'error' against fp64). So positions and bin sizes step by q feature
+    pixels, where q / scale is a multiple of bf16's spacing at the largest coordinate."""
     h, w = h - 1, w - 1
-    mh = torch.randint(1, max(2, h // ph + 1), (k,), generator=g)
-    mw = torch.randint(1, max(2, w // pw + 1), (k,), generator=g)
-    rh, rw = (mh * ph).clamp(max=h), (mw * pw).clamp(max=w)
-    y1 = (torch.rand(k, generator=g, dtype=F64) * (h - rh + 1).to(F64)).floor()
-    x1 = (torch.rand(k, generator=g, dtype=F64) * (w - rw + 1).to(F64)).floor()
+    spacing = 2.0 ** (math.floor(math.log2(max(h, w) / scale)) - 7)  # bf16: 8 significand bits
+    q = max(1, math.ceil(spacing * scale))
+    while (q / scale) % spacing:
+        q += 1
+    mh = q * torch.randint(1, max(2, h // (ph * q) + 1), (k,), generator=g)
+    mw = q * torch.randint(1, max(2, w // (pw * q) + 1), (k,), generator=g)
+    rh, rw = (mh * ph).clamp(max=h // (ph * q) * ph * q), (mw * pw).clamp(max=w // (pw * q) * pw * q)
+    y1 = q * (torch.rand(k, generator=g, dtype=F64) * ((h - rh) // q + 1).to(F64)).floor()
+    x1 = q * (torch.rand(k, generator=g, dtype=F64) * ((w - rw) // q + 1).to(F64)).floor()
     b = torch.randint(0, n, (k,), generator=g).to(F64)
     return torch.stack([b, x1 / scale, y1 / scale, (x1 + rw) / scale, (y1 + rh) / scale], 1)
 

@@ -77,11 +77,19 @@ def test_entries_on_the_cpu_are_complete_and_schema_valid():
     rec = sr.make_record(sr.demo_benchmarks(), sr.demo_tests(), seed=1)
     rec["peers"] = [e for _, _, e in entries]
     json.dumps(rec, allow_nan=False)
-    status, errors = compare.validate_record(rec)
-    assert status == "valid", errors[:5]
     table = peer_bench.markdown_table(rec["peers"])
     assert table.splitlines()[0] == "| op | case | dtype | direction | torchvision ms | DetOps ms | speed-up | max error |"
     assert len(table.splitlines()) == 2 + len(entries)
+    assert_schema_valid(rec)
+
+
+def assert_schema_valid(rec):
+    """The record against docs/record.schema.json; a skip (last, after every other assertion of the test) where
+    jsonschema is missing, as on GPU machines that cannot install packages (setup installs it everywhere else)."""
+    status, errors = compare.validate_record(rec)
+    if status.startswith("skipped"):
+        pytest.skip(f"schema validation {status}")
+    assert status == "valid", errors[:5]
 
 
 def test_a_failing_entry_keeps_its_error():
@@ -117,8 +125,8 @@ def test_entries_past_the_time_budget_are_marked_not_run():
     assert e["error"].startswith("not run") and e["detops_ms"] is None and e["dtype"] == "bf16"
     rec = sr.make_record(sr.demo_benchmarks(), sr.demo_tests(), seed=1)
     rec["peers"] = [e]
-    assert compare.validate_record(rec)[0] == "valid"
     assert "error: not run" in peer_bench.markdown_table([e])
+    assert_schema_valid(rec)
 
 
 def test_non_finite_error_is_reported_not_written_as_nan():
