@@ -28,8 +28,12 @@ struct RoiAlignForwardArgs {
 };
 
 // grad_output may have any strides (stride 0 included, as `.sum().backward()` produces). grad_input_acc
-// is a zeroed [batch, channels, height, width] buffer of the accumulation type: double for fp64,
-// float for fp32, fp16 and bf16 (the caller rounds it to the input dtype afterwards).
+// is a zeroed buffer of the accumulation type (double for fp64, float for fp32, fp16 and bf16):
+// - CUDA: laid out [batch, height, width, channels] (channels last: the scatter's atomics coalesce); the
+//   launcher then writes the result, rounded to the input dtype, to grad_input [batch, channels, height,
+//   width]. grad_input is required there.
+// - CPU: laid out [batch, channels, height, width]; grad_input is unused, and the caller rounds
+//   grad_input_acc to the input dtype afterwards.
 struct RoiAlignBackwardArgs {
   RoiAlignShape shape;
   const void* grad_output = nullptr;
@@ -37,6 +41,7 @@ struct RoiAlignBackwardArgs {
   const void* rois = nullptr;
   void* grad_input_acc = nullptr;
   unsigned long long* first_invalid_roi = nullptr;  // as in RoiAlignForwardArgs
+  void* grad_input = nullptr;  // CUDA only: see above
 };
 
 // CUDA launchers: validate nothing (the framework layer does), return immediately on empty work,

@@ -78,25 +78,33 @@ at::Tensor roi_align_backward(const at::Tensor& grad, const at::Tensor& rois, co
                     shape_string(expected), " (rois, channels, pooled_height, pooled_width); got ",
                     shape_string(grad.sizes()));
   const at::ScalarType acc_type = accumulation_scalar_type(grad.scalar_type());
-  at::Tensor grad_input_acc = at::zeros(input_shape, grad.options().dtype(acc_type));
-  if (grad.numel() == 0 || grad_input_acc.numel() == 0) return grad_input_acc.to(grad.scalar_type());
+  if (grad.numel() == 0 || s.batch * s.channels * s.height * s.width == 0) {
+    return at::zeros(input_shape, grad.options());
+  }
   const at::Tensor rois_c = rois.contiguous();
   RoiAlignBackwardArgs args{s, grad.data_ptr(), {grad.stride(0), grad.stride(1), grad.stride(2), grad.stride(3)},
-                            rois_c.data_ptr(), grad_input_acc.data_ptr()};
+                            rois_c.data_ptr()};
   if (grad.is_cuda()) {
     // atomicAdd scatter: not bitwise reproducible. Refuse (or warn) under deterministic mode.
     at::globalContext().alertNotDeterministic("detops::_roi_align_backward (CUDA)");
     c10::cuda::CUDAGuard guard(grad.device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(grad.device().index()).stream();
+    // Accumulated channels last, then transposed into grad_input (roi_align.h).
+    const at::Tensor acc_nhwc = at::zeros({s.batch, s.height, s.width, s.channels}, grad.options().dtype(acc_type));
+    at::Tensor grad_input = at::empty(input_shape, grad.options());
+    args.grad_input_acc = acc_nhwc.data_ptr();
+    args.grad_input = grad_input.data_ptr();
     FirstInvalidRow invalid(grad, stream);
     args.first_invalid_roi = invalid.get();
     launch_roi_align_backward(params, args, dtype, stream);
     raise_if_invalid_roi(kOp, invalid.read(), rois_c, s.batch);
-  } else {
-    TORCH_CHECK(grad.is_cpu(), kOp, ": grad must be a CPU or CUDA tensor; got ", grad.device());
-    check_roi_batch_indices_cpu(kOp, rois_c, s.batch);
-    run_roi_align_backward_cpu(params, args, dtype);
+    return grad_input;
   }
+  TORCH_CHECK(grad.is_cpu(), kOp, ": grad must be a CPU or CUDA tensor; got ", grad.device());
+  check_roi_batch_indices_cpu(kOp, rois_c, s.batch);
+  at::Tensor grad_input_acc = at::zeros(input_shape, grad.options().dtype(acc_type));
+  args.grad_input_acc = grad_input_acc.data_ptr();
+  run_roi_align_backward_cpu(params, args, dtype);
   return grad_input_acc.scalar_type() == grad.scalar_type() ? grad_input_acc : grad_input_acc.to(grad.scalar_type());
 }
 

@@ -1,0 +1,78 @@
+#pragma once
+// Layout conversion between [batch, channels, pixels] (channels first, NCHW with pixels = H * W) and
+// [batch, pixels, channels] (channels last, NHWC), with a type conversion on the way. Kernels that
+// scatter per (pixel, channel) with the channels on the warp's lanes use it: their atomics then hit one
+// contiguous run of memory per warp instead of 32 scattered planes.
+//
+// A 32 x 32 tile per block goes through shared memory, so both the read and the write are coalesced.
+// All offsets are 64-bit, and any size is covered (grid-stride loops).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "common/launch.h"
+#include "common/numeric.h"
+
+namespace detops {
+
+namespace channels_last_detail {
+
+constexpr int kTile = 32;
+constexpr int kRows = 8;  // threads per block: kTile x kRows
+
+// in: [batch, rows, cols]; out: [batch, cols, rows]; out = convert(in) transposed per batch. Tiles and
+// batches are covered by grid-stride loops (x over tiles, y over batches), so no size hits a grid limit.
+template <typename In, typename Out, typename Acc>
+__global__ void transpose_kernel(const In* __restrict__ in, Out* __restrict__ out, std::int64_t batch,
+                                 std::int64_t rows, std::int64_t cols) {
+  __shared__ Acc tile[kTile][kTile + 1];
+  const std::int64_t tiles_c = (cols + kTile - 1) / kTile;
+  const std::int64_t tiles = (rows + kTile - 1) / kTile * tiles_c;
+  for (std::int64_t n = blockIdx.y; n < batch; n += gridDim.y) {
+    const In* src = in + n * rows * cols;
+    Out* dst = out + n * rows * cols;
+    for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const std::int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
+      for (int j = threadIdx.y; j < kTile; j += kRows) {
+        const std::int64_t r = r0 + j, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[j][threadIdx.x] = to_acc<Acc>(src[r * cols + c]);
+      }
+      __syncthreads();
+      for (int j = threadIdx.y; j < kTile; j += kRows) {
+        const std::int64_t c = c0 + j, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) dst[c * rows + r] = from_acc<Out>(tile[threadIdx.x][j]);
+      }
+      __syncthreads();
+    }
+  }
+}
+
+template <typename In, typename Out, typename Acc>
+void transpose(const In* in, Out* out, std::int64_t batch, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  if (batch == 0 || rows == 0 || cols == 0) return;
+  const std::int64_t tiles = (rows + kTile - 1) / kTile * ((cols + kTile - 1) / kTile);
+  const std::int64_t cap = static_cast<std::int64_t>(current_device_sm_count()) * 16;
+  const dim3 grid(static_cast<unsigned>(std::min(tiles, cap)), static_cast<unsigned>(std::min<std::int64_t>(batch, 65535)));
+  transpose_kernel<In, Out, Acc><<<grid, dim3(kTile, kRows), 0, stream>>>(in, out, batch, rows, cols);
+  DETOPS_CHECK_LAUNCH();
+}
+
+}  // namespace channels_last_detail
+
+// [batch, pixels, channels] of In -> [batch, channels, pixels] of Out (rounded through Acc).
+template <typename In, typename Out, typename Acc = acc_t<Out>>
+void channels_last_to_first(const In* in, Out* out, std::int64_t batch, std::int64_t pixels, std::int64_t channels,
+                            cudaStream_t stream) {
+  channels_last_detail::transpose<In, Out, Acc>(in, out, batch, pixels, channels, stream);
+}
+
+// [batch, channels, pixels] of In -> [batch, pixels, channels] of Out.
+template <typename In, typename Out, typename Acc = acc_t<In>>
+void channels_first_to_last(const In* in, Out* out, std::int64_t batch, std::int64_t channels, std::int64_t pixels,
+                            cudaStream_t stream) {
+  channels_last_detail::transpose<In, Out, Acc>(in, out, batch, channels, pixels, stream);
+}
+
+}  // namespace detops
