@@ -814,7 +814,7 @@ def render_peers(peers):
     if with_base:
         head += " baseline speed-up |"
         rule += "---:|"
-    out += [head + " max error |", rule + "---:|"]
+    out += [head + " max error | torchvision's max error |", rule + "---:|---:|"]
     for r in peers["rows"]:
         if r.get("error"):
             err = "error: " + str(r["error"]).replace("|", "/")[:120]
@@ -827,7 +827,9 @@ def render_peers(peers):
         if with_base:
             b = r.get("baseline_speedup")
             line += f" {_fmt_opt(b, '.2f')}{'x' if b is not None else ''} |"
-        out.append(line + f" {err} |")
+        tv_err = (format(r["torchvision_max_abs_error"], ".3g") if r.get("torchvision_max_abs_error") is not None
+                  else r.get("torchvision_check") or "-")
+        out.append(line + f" {err} | {tv_err} |")
     out.append("")
     out.append("torchvision none: torchvision has no kernel for that dtype on CUDA. Informational: peer timings never gate.")
     out.append("")

@@ -157,8 +157,8 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
     name = pairs.DTYPE_NAME[dtype]
     entry = {"op": pair.op, "case": case.name, "shape": case.params.get("shape", ""), "dtype": name,
              "direction": direction, "detops_ms": None, "torchvision_ms": None, "speedup": None,
-             "max_abs_error": None, "tolerance": None, "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER,
-             "truth": pair.truth_note}
+             "max_abs_error": None, "torchvision_max_abs_error": None, "tolerance": None,
+             "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER, "truth": pair.truth_note}
     try:
         inp = pairs.cast_inputs(pair, base, dtype, device)
         tin = pairs.as_truth_inputs(pair, inp, pair.truth_dtype(dtype))
@@ -175,6 +175,8 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
                 entry.update(nms_check(torch, nms_checks, pair, inp, ours, truth, dtype))
             else:
                 entry["max_abs_error"] = pairs.max_abs_error(ours, truth)
+                if not missing and pair.truth_dtype(dtype) != dtype:
+                    entry["torchvision_max_abs_error"] = pairs.max_abs_error(pair.tv(inp), truth)
             fns = {"detops": lambda: pair.detops(inp)}
             if not missing:
                 fns["torchvision"] = lambda: pair.tv(inp)
@@ -198,6 +200,10 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
             fns = {"detops": backward_fn(torch, pair, ins["detops"], ours, grad_out)}
             if not missing:
                 theirs = pair.tv(ins["torchvision"])
+                if pair.truth_dtype(dtype) != dtype:
+                    g_theirs = torch.autograd.grad(theirs.sum(), [ins["torchvision"][k] for k in pair.grad_keys],
+                                                   retain_graph=True)
+                    entry["torchvision_max_abs_error"] = max(pairs.max_abs_error(a, b) for a, b in zip(g_theirs, g_truth))
                 fns["torchvision"] = backward_fn(torch, pair, ins["torchvision"], theirs, grad_out)
         for side, fn in fns.items():
             n = choose_samples(torch, fn, args.samples, args.budget_s, device)
@@ -212,6 +218,10 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
     if err is not None and not math.isfinite(err):
         entry["max_abs_error"] = None  # JSON has no NaN/inf
         entry["check"] = f"DetOps differs from the truth by a non-finite amount ({err})"
+    tv_err = entry["torchvision_max_abs_error"]
+    if tv_err is not None and not math.isfinite(tv_err):
+        entry["torchvision_max_abs_error"] = None
+        entry["torchvision_check"] = f"torchvision differs from the truth by a non-finite amount ({tv_err})"
     return entry
 
 
@@ -220,7 +230,7 @@ def not_run_entry(pair, case, dtype, direction, budget):
 
     return {"op": pair.op, "case": case.name, "shape": case.params.get("shape", ""), "dtype": pairs.DTYPE_NAME[dtype],
             "direction": direction, "detops_ms": None, "torchvision_ms": None, "speedup": None, "max_abs_error": None,
-            "tolerance": None, "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER,
+            "torchvision_max_abs_error": None, "tolerance": None, "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER,
             "error": f"not run: the runner's time budget (--max-total-s {budget:g}) was spent"}
 
 
@@ -254,15 +264,18 @@ def fmt(v, digits=4):
 
 
 def markdown_table(entries):
-    lines = ["| op | case | dtype | direction | torchvision ms | DetOps ms | speed-up | max error |",
-             "|---|---|---|---|---:|---:|---:|---:|"]
+    lines = ["| op | case | dtype | direction | torchvision ms | DetOps ms | speed-up | max error | "
+             "torchvision's max error |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|"]
     for e in entries:
         err = fmt(e.get("max_abs_error"), 3) if e.get("max_abs_error") is not None else (e.get("check") or "-")
         if e.get("error"):
             err = f"error: {e['error']}"
+        tv_err = (fmt(e["torchvision_max_abs_error"], 3) if e.get("torchvision_max_abs_error") is not None
+                  else e.get("torchvision_check") or "-")
         sp = f"{e['speedup']:.2f}x" if e.get("speedup") else "-"
         lines.append(f"| {e['op']} | {e['case']} | {e['dtype']} | {e['direction']} | {fmt(e['torchvision_ms'])} | "
-                     f"{fmt(e['detops_ms'])} | {sp} | {err} |")
+                     f"{fmt(e['detops_ms'])} | {sp} | {err} | {tv_err} |")
     return "\n".join(lines)
 
 

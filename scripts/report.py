@@ -468,20 +468,26 @@ def peers_section(record):
             err = f"{e['max_abs_error']:.3g}" + (f" <small>(atol {tol['atol']:g})</small>" if "atol" in tol else "")
         else:
             err = esc(e.get("check") or "-")
+        tv_err = (f"{e['torchvision_max_abs_error']:.3g}" if e.get("torchvision_max_abs_error") is not None
+                  else esc(e.get("torchvision_check") or "-"))
         sp = "none" if not e.get("speedup") else f"{e['speedup']:.2f}x"
         tv = ms(e.get("torchvision_ms"))
         if e.get("torchvision_ms") is None and e.get("torchvision_note"):
             tv = f"<span title='{esc(e['torchvision_note'])}'>none</span>"
         trs.append(f"<tr><td>{esc(e['op'])}</td><td>{esc(e['case'])}<div class='shape'>{esc(e.get('shape', ''))}</div></td>"
                    f"<td>{esc(e['dtype'])}</td><td>{esc(e['direction'])}</td><td class='num'>{tv}</td>"
-                   f"<td class='num'>{ms(e.get('detops_ms'))}</td><td class='num'>{sp}</td><td class='num'>{err}</td></tr>")
+                   f"<td class='num'>{ms(e.get('detops_ms'))}</td><td class='num'>{sp}</td><td class='num'>{err}</td>"
+                   f"<td class='num'>{tv_err}</td></tr>")
     timer = esc(entries[0].get("timer", ""))
     return (f"<section id='peers'><h2>Against torchvision</h2><p class='note'>Both ops timed in the same process on the "
             f"same CUDA inputs ({timer}; cold L2, median kernel time per call). Speed-up = torchvision ms / DetOps ms; "
-            f"none: torchvision has no kernel for that dtype. Max error: DetOps against the truth (docs/peers.md).</p>"
+            f"none: torchvision has no kernel for that dtype. Max error: DetOps against the truth; torchvision's: "
+            f"torchvision in the dtype under test against the same truth, where that truth is in another dtype "
+            f"(docs/peers.md).</p>"
             f"{speedup_chart(entries)}<div class='scroll'><table id='peer-table'><tr><th>op</th><th>case</th><th>dtype</th>"
             f"<th>dir</th><th class='num'>torchvision ms</th><th class='num'>DetOps ms</th><th class='num'>speed-up</th>"
-            f"<th class='num'>max error</th></tr>{''.join(trs)}</table></div></section>")
+            f"<th class='num'>max error</th><th class='num'>torchvision's max error</th></tr>{''.join(trs)}</table></div>"
+            f"</section>")
 
 
 def legend():

@@ -68,11 +68,4 @@ void channels_last_to_first(const In* in, Out* out, std::int64_t batch, std::int
   channels_last_detail::transpose<In, Out, Acc>(in, out, batch, pixels, channels, stream);
 }
 
-// [batch, channels, pixels] of In -> [batch, pixels, channels] of Out.
-template <typename In, typename Out, typename Acc = acc_t<In>>
-void channels_first_to_last(const In* in, Out* out, std::int64_t batch, std::int64_t channels, std::int64_t pixels,
-                            cudaStream_t stream) {
-  channels_last_detail::transpose<In, Out, Acc>(in, out, batch, channels, pixels, stream);
-}
-
 }  // namespace detops

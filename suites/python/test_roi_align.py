@@ -72,6 +72,25 @@ def test_forward_and_backward_match_torchvision(device, case):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_layouts_give_the_same_forward(device, dtype):
+    """Any memory layout of the map (channels_last, W-major strides, a strided channel view) must give the
+    contiguous input's output bit for bit, with channel counts around the warp width (1, 31, 33)."""
+    for seed, shape in [(21, (2, 33, 11, 13)), (22, (1, 31, 9, 7)), (23, (3, 1, 10, 12))]:
+        x, rois = make_inputs(seed, *shape, 25, 0.5, dtype, device)
+        want = torch.ops.detops.roi_align(x, rois, 0.5, 5, 4, 2, True)
+        layouts = {
+            "channels_last": x.contiguous(memory_format=torch.channels_last),
+            "W-major": x.transpose(2, 3).contiguous().transpose(2, 3),
+            "every other channel": torch.stack([x, x], 2).flatten(1, 2)[:, ::2],
+        }
+        for name, xl in layouts.items():
+            assert torch.equal(xl, x)
+            got = torch.ops.detops.roi_align(xl, rois, 0.5, 5, 4, 2, True)
+            assert got.is_contiguous() and torch.equal(got, want), f"{name} {shape} {dtype} {device}"
+
+
+@pytest.mark.parametrize("device", devices())
 def test_gradcheck_fp64(device):
     x, rois = make_inputs(11, 1, 2, 6, 7, 3, 0.5, torch.float64, device)
     x.requires_grad_()
