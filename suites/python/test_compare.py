@@ -582,6 +582,7 @@ def test_no_peers_no_peer_section(tmp_path, capsys):
 
 
 def test_peer_entries_are_schema_checked(tmp_path):
+    pytest.importorskip("jsonschema", reason="jsonschema not installed: schema validation skipped")
     rec = sr.make_record(BENCH, seed=1)
     rec["peers"] = sr.demo_peers()
     assert compare.validate_record(rec)[0] == "valid"
