@@ -13,6 +13,7 @@
 
 #include <cmath>
 
+#include "common/torch_autograd.h"
 #include "common/torch_utils.h"
 
 namespace detops {
@@ -268,16 +269,10 @@ using torch::autograd::variable_list;
 
 // The pairwise ops below autograd, through the dispatcher (so CPU, CUDA and Meta all work).
 at::Tensor call_pairwise_op(BoxIouVariant variant, const at::Tensor& boxes1, const at::Tensor& boxes2, double eps) {
-  static auto iou = c10::Dispatcher::singleton().findSchemaOrThrow("detops::box_iou", "").typed<decltype(box_iou_kernel)>();
-  static auto giou = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::generalized_box_iou", "")
-                         .typed<decltype(generalized_box_iou_kernel)>();
-  static auto diou = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::distance_box_iou", "")
-                         .typed<decltype(distance_box_iou_kernel)>();
-  static auto ciou = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::complete_box_iou", "")
-                         .typed<decltype(complete_box_iou_kernel)>();
+  static const auto iou = find_typed_op<decltype(box_iou_kernel)>("detops::box_iou");
+  static const auto giou = find_typed_op<decltype(generalized_box_iou_kernel)>("detops::generalized_box_iou");
+  static const auto diou = find_typed_op<decltype(distance_box_iou_kernel)>("detops::distance_box_iou");
+  static const auto ciou = find_typed_op<decltype(complete_box_iou_kernel)>("detops::complete_box_iou");
   switch (variant) {
     case BoxIouVariant::kIoU: return iou.call(boxes1, boxes2);
     case BoxIouVariant::kGIoU: return giou.call(boxes1, boxes2);
@@ -323,9 +318,7 @@ using LossBackwardSchema = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&,
                                                               c10::string_view, c10::string_view, double);
 
 c10::TypedOperatorHandle<LossBackwardSchema> loss_backward_op() {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("detops::_box_iou_loss_backward", "")
-                       .typed<LossBackwardSchema>();
+  static const auto op = find_typed_op<LossBackwardSchema>("detops::_box_iou_loss_backward");
   return op;
 }
 

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "common/roi_checks.h"
+#include "common/torch_autograd.h"
 #include "common/torch_utils.h"
 
 namespace detops {
@@ -194,8 +195,7 @@ class PrRoiPoolFunction : public torch::autograd::Function<PrRoiPoolFunction> {
     ctx->saved_data["pooled_width"] = pooled_width;
     ctx->saved_data["input_shape"] = input.sizes().vec();
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("detops::prroi_pool", "").typed<decltype(prroi_pool_kernel)>();
+    static const auto op = find_typed_op<decltype(prroi_pool_kernel)>("detops::prroi_pool");
     at::Tensor output = op.call(input, rois, spatial_scale, pooled_height, pooled_width);
     ctx->save_for_backward({input, rois});  // input only for the rois gradient (mmcv saves it too)
     return {output};
@@ -208,15 +208,11 @@ class PrRoiPoolFunction : public torch::autograd::Function<PrRoiPoolFunction> {
     at::Tensor grad_input, grad_rois;
     if (ctx->needs_input_grad(0)) {
       const auto shape = ctx->saved_data["input_shape"].toIntVector();
-      static auto op = c10::Dispatcher::singleton()
-                           .findSchemaOrThrow("detops::_prroi_pool_backward", "")
-                           .typed<decltype(prroi_pool_backward_kernel)>();
+      static const auto op = find_typed_op<decltype(prroi_pool_backward_kernel)>("detops::_prroi_pool_backward");
       grad_input = op.call(grad_output[0], saved[1], scale, ph, pw, shape[0], shape[1], shape[2], shape[3]);
     }
     if (ctx->needs_input_grad(1)) {
-      static auto op = c10::Dispatcher::singleton()
-                           .findSchemaOrThrow("detops::_prroi_pool_rois_backward", "")
-                           .typed<decltype(prroi_pool_rois_backward_kernel)>();
+      static const auto op = find_typed_op<decltype(prroi_pool_rois_backward_kernel)>("detops::_prroi_pool_rois_backward");
       grad_rois = op.call(grad_output[0], saved[0], saved[1], scale, ph, pw);
     }
     return {grad_input, grad_rois, at::Tensor(), at::Tensor(), at::Tensor()};
@@ -228,50 +224,20 @@ at::Tensor prroi_pool_autograd(const at::Tensor& input, const at::Tensor& rois, 
   return PrRoiPoolFunction::apply(input, rois, spatial_scale, pooled_height, pooled_width)[0];
 }
 
-// The backward ops are differentiable only once: their own backward (double backward) is refused.
-class PrRoiPoolBackwardFunction : public torch::autograd::Function<PrRoiPoolBackwardFunction> {
- public:
-  static variable_list forward(AutogradContext*, const at::Tensor& grad, const at::Tensor& rois, double spatial_scale,
-                               std::int64_t pooled_height, std::int64_t pooled_width, std::int64_t batch_size,
-                               std::int64_t channels, std::int64_t height, std::int64_t width) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::_prroi_pool_backward", "")
-                         .typed<decltype(prroi_pool_backward_kernel)>();
-    return {op.call(grad, rois, spatial_scale, pooled_height, pooled_width, batch_size, channels, height, width)};
-  }
-  static variable_list backward(AutogradContext*, const variable_list&) {
-    TORCH_CHECK(false, kOp, ": double backward is not supported");
-  }
-};
-
-class PrRoiPoolRoisBackwardFunction : public torch::autograd::Function<PrRoiPoolRoisBackwardFunction> {
- public:
-  static variable_list forward(AutogradContext*, const at::Tensor& grad, const at::Tensor& input,
-                               const at::Tensor& rois, double spatial_scale, std::int64_t pooled_height,
-                               std::int64_t pooled_width) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::_prroi_pool_rois_backward", "")
-                         .typed<decltype(prroi_pool_rois_backward_kernel)>();
-    return {op.call(grad, input, rois, spatial_scale, pooled_height, pooled_width)};
-  }
-  static variable_list backward(AutogradContext*, const variable_list&) {
-    TORCH_CHECK(false, kOp, ": double backward is not supported");
-  }
-};
-
 at::Tensor prroi_pool_backward_autograd(const at::Tensor& grad, const at::Tensor& rois, double spatial_scale,
                                         std::int64_t pooled_height, std::int64_t pooled_width, std::int64_t batch_size,
                                         std::int64_t channels, std::int64_t height, std::int64_t width) {
-  return PrRoiPoolBackwardFunction::apply(grad, rois, spatial_scale, pooled_height, pooled_width, batch_size, channels,
-                                          height, width)[0];
+  static const auto op = find_typed_op<decltype(prroi_pool_backward_kernel)>("detops::_prroi_pool_backward");
+  return DifferentiableOnce<decltype(prroi_pool_backward_kernel)>::run(
+      op, kOp, grad, rois, spatial_scale, pooled_height, pooled_width, batch_size, channels, height, width);
 }
 
 at::Tensor prroi_pool_rois_backward_autograd(const at::Tensor& grad, const at::Tensor& input, const at::Tensor& rois,
                                              double spatial_scale, std::int64_t pooled_height,
                                              std::int64_t pooled_width) {
-  return PrRoiPoolRoisBackwardFunction::apply(grad, input, rois, spatial_scale, pooled_height, pooled_width)[0];
+  static const auto op = find_typed_op<decltype(prroi_pool_rois_backward_kernel)>("detops::_prroi_pool_rois_backward");
+  return DifferentiableOnce<decltype(prroi_pool_rois_backward_kernel)>::run(
+      op, kOp, grad, input, rois, spatial_scale, pooled_height, pooled_width);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "common/roi_checks.h"
+#include "common/torch_autograd.h"
 #include "common/torch_utils.h"
 
 namespace detops {
@@ -268,9 +269,7 @@ class PsRoiAlignFunction : public torch::autograd::Function<PsRoiAlignFunction> 
     ctx->saved_data["sampling_ratio"] = sampling_ratio;
     ctx->saved_data["input_shape"] = input.sizes().vec();
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::ps_roi_align", "")
-                         .typed<decltype(ps_roi_align_kernel)>();
+    static const auto op = find_typed_op<decltype(ps_roi_align_kernel)>("detops::ps_roi_align");
     auto [output, channel_mapping] = op.call(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio);
     ctx->save_for_backward({rois, channel_mapping});
     ctx->mark_non_differentiable({channel_mapping});
@@ -280,9 +279,7 @@ class PsRoiAlignFunction : public torch::autograd::Function<PsRoiAlignFunction> 
   static variable_list backward(AutogradContext* ctx, const variable_list& grad_output) {
     const auto saved = ctx->get_saved_variables();
     const auto shape = ctx->saved_data["input_shape"].toIntVector();
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::_ps_roi_align_backward", "")
-                         .typed<decltype(ps_roi_align_backward_kernel)>();
+    static const auto op = find_typed_op<decltype(ps_roi_align_backward_kernel)>("detops::_ps_roi_align_backward");
     at::Tensor grad_input = op.call(grad_output[0], saved[0], saved[1], ctx->saved_data["spatial_scale"].toDouble(),
                                     ctx->saved_data["pooled_height"].toInt(), ctx->saved_data["pooled_width"].toInt(),
                                     ctx->saved_data["sampling_ratio"].toInt(), shape[0], shape[1], shape[2], shape[3]);
@@ -299,9 +296,7 @@ class PsRoiPoolFunction : public torch::autograd::Function<PsRoiPoolFunction> {
     ctx->saved_data["pooled_width"] = pooled_width;
     ctx->saved_data["input_shape"] = input.sizes().vec();
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::ps_roi_pool", "")
-                         .typed<decltype(ps_roi_pool_kernel)>();
+    static const auto op = find_typed_op<decltype(ps_roi_pool_kernel)>("detops::ps_roi_pool");
     auto [output, channel_mapping] = op.call(input, rois, spatial_scale, pooled_height, pooled_width);
     ctx->save_for_backward({rois, channel_mapping});
     ctx->mark_non_differentiable({channel_mapping});
@@ -311,50 +306,11 @@ class PsRoiPoolFunction : public torch::autograd::Function<PsRoiPoolFunction> {
   static variable_list backward(AutogradContext* ctx, const variable_list& grad_output) {
     const auto saved = ctx->get_saved_variables();
     const auto shape = ctx->saved_data["input_shape"].toIntVector();
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::_ps_roi_pool_backward", "")
-                         .typed<decltype(ps_roi_pool_backward_kernel)>();
+    static const auto op = find_typed_op<decltype(ps_roi_pool_backward_kernel)>("detops::_ps_roi_pool_backward");
     at::Tensor grad_input = op.call(grad_output[0], saved[0], saved[1], ctx->saved_data["spatial_scale"].toDouble(),
                                     ctx->saved_data["pooled_height"].toInt(), ctx->saved_data["pooled_width"].toInt(),
                                     shape[0], shape[1], shape[2], shape[3]);
     return {grad_input, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-// The backward ops are differentiable only once: their own backward (double backward) is refused.
-class PsRoiAlignBackwardFunction : public torch::autograd::Function<PsRoiAlignBackwardFunction> {
- public:
-  static variable_list forward(AutogradContext*, const at::Tensor& grad, const at::Tensor& rois,
-                               const at::Tensor& channel_mapping, double spatial_scale, std::int64_t pooled_height,
-                               std::int64_t pooled_width, std::int64_t sampling_ratio, std::int64_t batch_size,
-                               std::int64_t channels, std::int64_t height, std::int64_t width) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::_ps_roi_align_backward", "")
-                         .typed<decltype(ps_roi_align_backward_kernel)>();
-    return {op.call(grad, rois, channel_mapping, spatial_scale, pooled_height, pooled_width, sampling_ratio, batch_size,
-                    channels, height, width)};
-  }
-  static variable_list backward(AutogradContext*, const variable_list&) {
-    TORCH_CHECK(false, AlignOp::kName, ": double backward is not supported");
-  }
-};
-
-class PsRoiPoolBackwardFunction : public torch::autograd::Function<PsRoiPoolBackwardFunction> {
- public:
-  static variable_list forward(AutogradContext*, const at::Tensor& grad, const at::Tensor& rois,
-                               const at::Tensor& channel_mapping, double spatial_scale, std::int64_t pooled_height,
-                               std::int64_t pooled_width, std::int64_t batch_size, std::int64_t channels,
-                               std::int64_t height, std::int64_t width) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::_ps_roi_pool_backward", "")
-                         .typed<decltype(ps_roi_pool_backward_kernel)>();
-    return {op.call(grad, rois, channel_mapping, spatial_scale, pooled_height, pooled_width, batch_size, channels,
-                    height, width)};
-  }
-  static variable_list backward(AutogradContext*, const variable_list&) {
-    TORCH_CHECK(false, PoolOp::kName, ": double backward is not supported");
   }
 };
 
@@ -370,8 +326,10 @@ at::Tensor ps_roi_align_backward_autograd(const at::Tensor& grad, const at::Tens
                                           std::int64_t pooled_height, std::int64_t pooled_width,
                                           std::int64_t sampling_ratio, std::int64_t batch_size, std::int64_t channels,
                                           std::int64_t height, std::int64_t width) {
-  return PsRoiAlignBackwardFunction::apply(grad, rois, channel_mapping, spatial_scale, pooled_height, pooled_width,
-                                           sampling_ratio, batch_size, channels, height, width)[0];
+  static const auto op = find_typed_op<decltype(ps_roi_align_backward_kernel)>("detops::_ps_roi_align_backward");
+  return DifferentiableOnce<decltype(ps_roi_align_backward_kernel)>::run(
+      op, AlignOp::kName, grad, rois, channel_mapping, spatial_scale, pooled_height, pooled_width, sampling_ratio,
+      batch_size, channels, height, width);
 }
 
 std::tuple<at::Tensor, at::Tensor> ps_roi_pool_autograd(const at::Tensor& input, const at::Tensor& rois,
@@ -385,8 +343,10 @@ at::Tensor ps_roi_pool_backward_autograd(const at::Tensor& grad, const at::Tenso
                                          const at::Tensor& channel_mapping, double spatial_scale,
                                          std::int64_t pooled_height, std::int64_t pooled_width, std::int64_t batch_size,
                                          std::int64_t channels, std::int64_t height, std::int64_t width) {
-  return PsRoiPoolBackwardFunction::apply(grad, rois, channel_mapping, spatial_scale, pooled_height, pooled_width,
-                                          batch_size, channels, height, width)[0];
+  static const auto op = find_typed_op<decltype(ps_roi_pool_backward_kernel)>("detops::_ps_roi_pool_backward");
+  return DifferentiableOnce<decltype(ps_roi_pool_backward_kernel)>::run(
+      op, PoolOp::kName, grad, rois, channel_mapping, spatial_scale, pooled_height, pooled_width, batch_size,
+      channels, height, width);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "common/roi_checks.h"
+#include "common/torch_autograd.h"
 #include "common/torch_utils.h"
 
 namespace detops {
@@ -161,16 +162,14 @@ class RoiAlignFunction : public torch::autograd::Function<RoiAlignFunction> {
     ctx->saved_data["input_shape"] = input.sizes().vec();
     ctx->save_for_backward({rois});
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("detops::roi_align", "").typed<decltype(roi_align_kernel)>();
+    static const auto op = find_typed_op<decltype(roi_align_kernel)>("detops::roi_align");
     return {op.call(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)};
   }
 
   static variable_list backward(AutogradContext* ctx, const variable_list& grad_output) {
     const at::Tensor rois = ctx->get_saved_variables()[0];
     const auto shape = ctx->saved_data["input_shape"].toIntVector();
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::_roi_align_backward", "")
-                         .typed<decltype(roi_align_backward_kernel)>();
+    static const auto op = find_typed_op<decltype(roi_align_backward_kernel)>("detops::_roi_align_backward");
     at::Tensor grad_input = op.call(grad_output[0], rois, ctx->saved_data["spatial_scale"].toDouble(),
                                     ctx->saved_data["pooled_height"].toInt(), ctx->saved_data["pooled_width"].toInt(),
                                     shape[0], shape[1], shape[2], shape[3], ctx->saved_data["sampling_ratio"].toInt(),
@@ -185,31 +184,14 @@ at::Tensor roi_align_autograd(const at::Tensor& input, const at::Tensor& rois, d
   return RoiAlignFunction::apply(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)[0];
 }
 
-// The backward op is itself differentiable only once: its own backward (double backward) is refused.
-class RoiAlignBackwardFunction : public torch::autograd::Function<RoiAlignBackwardFunction> {
- public:
-  static variable_list forward(AutogradContext*, const at::Tensor& grad, const at::Tensor& rois, double spatial_scale,
-                               std::int64_t pooled_height, std::int64_t pooled_width, std::int64_t batch_size,
-                               std::int64_t channels, std::int64_t height, std::int64_t width,
-                               std::int64_t sampling_ratio, bool aligned) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::_roi_align_backward", "")
-                         .typed<decltype(roi_align_backward_kernel)>();
-    return {op.call(grad, rois, spatial_scale, pooled_height, pooled_width, batch_size, channels, height, width,
-                    sampling_ratio, aligned)};
-  }
-  static variable_list backward(AutogradContext*, const variable_list&) {
-    TORCH_CHECK(false, kOp, ": double backward is not supported");
-  }
-};
-
 at::Tensor roi_align_backward_autograd(const at::Tensor& grad, const at::Tensor& rois, double spatial_scale,
                                        std::int64_t pooled_height, std::int64_t pooled_width, std::int64_t batch_size,
                                        std::int64_t channels, std::int64_t height, std::int64_t width,
                                        std::int64_t sampling_ratio, bool aligned) {
-  return RoiAlignBackwardFunction::apply(grad, rois, spatial_scale, pooled_height, pooled_width, batch_size, channels,
-                                         height, width, sampling_ratio, aligned)[0];
+  static const auto op = find_typed_op<decltype(roi_align_backward_kernel)>("detops::_roi_align_backward");
+  return DifferentiableOnce<decltype(roi_align_backward_kernel)>::run(
+      op, kOp, grad, rois, spatial_scale, pooled_height, pooled_width, batch_size, channels, height, width,
+      sampling_ratio, aligned);
 }
 
 }  // namespace

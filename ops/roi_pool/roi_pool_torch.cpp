@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/roi_checks.h"
+#include "common/torch_autograd.h"
 #include "common/torch_utils.h"
 
 namespace detops {
@@ -191,7 +192,7 @@ class RoiPoolFunction : public torch::autograd::Function<RoiPoolFunction> {
     ctx->saved_data["pooled_width"] = pooled_width;
     ctx->saved_data["input_shape"] = input.sizes().vec();
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("detops::roi_pool", "").typed<decltype(roi_pool_kernel)>();
+    static const auto op = find_typed_op<decltype(roi_pool_kernel)>("detops::roi_pool");
     auto [output, argmax] = op.call(input, rois, spatial_scale, pooled_height, pooled_width);
     ctx->save_for_backward({rois, argmax});
     ctx->mark_non_differentiable({argmax});
@@ -201,9 +202,7 @@ class RoiPoolFunction : public torch::autograd::Function<RoiPoolFunction> {
   static variable_list backward(AutogradContext* ctx, const variable_list& grad_output) {
     const variable_list saved = ctx->get_saved_variables();
     const auto shape = ctx->saved_data["input_shape"].toIntVector();
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::_roi_pool_backward", "")
-                         .typed<decltype(roi_pool_backward_kernel)>();
+    static const auto op = find_typed_op<decltype(roi_pool_backward_kernel)>("detops::_roi_pool_backward");
     at::Tensor grad_input = op.call(grad_output[0], saved[0], saved[1], ctx->saved_data["spatial_scale"].toDouble(),
                                     ctx->saved_data["pooled_height"].toInt(), ctx->saved_data["pooled_width"].toInt(),
                                     shape[0], shape[1], shape[2], shape[3]);
@@ -218,31 +217,13 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_autograd(const at::Tensor& input, co
   return {out[0], out[1]};
 }
 
-// The backward op is itself differentiable only once: its own backward (double backward) is refused.
-class RoiPoolBackwardFunction : public torch::autograd::Function<RoiPoolBackwardFunction> {
- public:
-  static variable_list forward(AutogradContext*, const at::Tensor& grad, const at::Tensor& rois,
-                               const at::Tensor& argmax, double spatial_scale, std::int64_t pooled_height,
-                               std::int64_t pooled_width, std::int64_t batch_size, std::int64_t channels,
-                               std::int64_t height, std::int64_t width) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("detops::_roi_pool_backward", "")
-                         .typed<decltype(roi_pool_backward_kernel)>();
-    return {op.call(grad, rois, argmax, spatial_scale, pooled_height, pooled_width, batch_size, channels, height,
-                    width)};
-  }
-  static variable_list backward(AutogradContext*, const variable_list&) {
-    TORCH_CHECK(false, kOp, ": double backward is not supported");
-  }
-};
-
 at::Tensor roi_pool_backward_autograd(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& argmax,
                                       double spatial_scale, std::int64_t pooled_height, std::int64_t pooled_width,
                                       std::int64_t batch_size, std::int64_t channels, std::int64_t height,
                                       std::int64_t width) {
-  return RoiPoolBackwardFunction::apply(grad, rois, argmax, spatial_scale, pooled_height, pooled_width, batch_size,
-                                        channels, height, width)[0];
+  static const auto op = find_typed_op<decltype(roi_pool_backward_kernel)>("detops::_roi_pool_backward");
+  return DifferentiableOnce<decltype(roi_pool_backward_kernel)>::run(
+      op, kOp, grad, rois, argmax, spatial_scale, pooled_height, pooled_width, batch_size, channels, height, width);
 }
 
 }  // namespace
