@@ -12,6 +12,7 @@
 #include "detops/harness/bench_spec.h"
 #include "detops/harness/eigen_bridge.h"
 #include "detops/harness/op_spec.h"
+#include "detops/harness/roi_cases.h"
 #include "detops/reference/prroi_pool_reference.h"
 #include "prroi_pool/prroi_pool_torch.h"
 
@@ -86,39 +87,21 @@ at::Tensor make_rois(const PrRoiPoolCaseConfig& cfg, at::Generator& gen) {
   const double img_h = map_h / s, img_w = map_w / s;
   const auto opts = at::TensorOptions().dtype(at::kDouble);
   const std::int64_t k = cfg.num_rois;
-  const at::Tensor u = at::rand({k, 4}, gen, opts);
-  at::Tensor x1 = u.select(1, 0) * img_w * 0.8, y1 = u.select(1, 1) * img_h * 0.8;
-  at::Tensor x2 = x1 + 1 + u.select(1, 2) * img_w * 0.5, y2 = y1 + 1 + u.select(1, 3) * img_h * 0.5;
+  const harness::RandomRois random = harness::random_image_rois(k, img_w, img_h, gen);
+  const at::Tensor& u = random.u;
+  harness::RoiCorners r = random.corners;
+  at::Tensor &x1 = r.x1, &y1 = r.y1, &x2 = r.x2, &y2 = r.y2;
   // Integers in [lo, lo + n) as doubles.
   auto integers = [&](double lo, double n) { return at::floor(at::rand({k}, gen, opts) * n) + lo; };
   switch (cfg.rois) {
     case RoiLayout::kRandom: break;
-    case RoiLayout::kOutside:  // beyond every edge of the support (-1, W) x (-1, H): left/above and right/below
-      x1 = x1 - 3 * img_w;
-      x2 = x2 - 3 * img_w;
-      y1.slice(0, 0, k / 2).add_(4 * img_h);
-      y2.slice(0, 0, k / 2).add_(4 * img_h);
-      break;
-    case RoiLayout::kPartlyOutside:
-      x1 = x1 - 0.5 * img_w;
-      y2 = y2 + 0.5 * img_h;
-      break;
-    case RoiLayout::kStraddling:
-      x1 = -(0.3 + u.select(1, 0) * 0.5) * img_w;
-      y1 = -(0.3 + u.select(1, 1) * 0.5) * img_h;
-      x2 = (1.3 + u.select(1, 2) * 0.5) * img_w;
-      y2 = (1.3 + u.select(1, 3) * 0.5) * img_h;
-      break;
-    case RoiLayout::kInverted:
-      std::swap(x1, x2);
-      std::swap(y1, y2);
-      break;
+    case RoiLayout::kOutside: harness::move_outside(r, img_w, img_h); break;  // beyond the support (-1, W) x (-1, H)
+    case RoiLayout::kPartlyOutside: harness::move_partly_outside(r, img_w, img_h); break;
+    case RoiLayout::kStraddling: r = harness::straddling_rois(u, img_w, img_h); break;
+    case RoiLayout::kInverted: harness::invert(r); break;
     case RoiLayout::kZeroWidth: x2 = x1.clone(); break;
     case RoiLayout::kZeroHeight: y2 = y1.clone(); break;
-    case RoiLayout::kZeroSize:
-      x2 = x1.clone();
-      y2 = y1.clone();
-      break;
+    case RoiLayout::kZeroSize: harness::collapse_to_points(r); break;
     case RoiLayout::kSubPixel:
       x2 = x1 + (0.05 + u.select(1, 2) * 0.85) / s;
       y2 = y1 + (0.05 + u.select(1, 3) * 0.85) / s;
@@ -144,52 +127,19 @@ at::Tensor make_rois(const PrRoiPoolCaseConfig& cfg, at::Generator& gen) {
       break;
     }
     case RoiLayout::kSupportEdges: {
-      const double edges[][4] = {{-1, -1, map_w, map_h}, {-2, 0.5, -1, 2.5}, {map_w, 0.5, map_w + 1.5, 2.5},
-                                 {0, 0, map_w - 1, map_h - 1}, {-1, map_h - 1, 0.5, map_h}, {1.5, -1.5, 3, -1}};
-      x1 = at::empty({k}, opts);
-      y1 = at::empty({k}, opts);
-      x2 = at::empty({k}, opts);
-      y2 = at::empty({k}, opts);
-      for (std::int64_t i = 0; i < k; ++i) {
-        x1[i] = edges[i % 6][0] / s;
-        y1[i] = edges[i % 6][1] / s;
-        x2[i] = edges[i % 6][2] / s;
-        y2[i] = edges[i % 6][3] / s;
-      }
+      r = harness::cycled_rows(k, {{-1, -1, map_w, map_h}, {-2, 0.5, -1, 2.5}, {map_w, 0.5, map_w + 1.5, 2.5},
+                                   {0, 0, map_w - 1, map_h - 1}, {-1, map_h - 1, 0.5, map_h}, {1.5, -1.5, 3, -1}}, s);
       break;
     }
-    case RoiLayout::kNaN: {
-      const double nan = std::numeric_limits<double>::quiet_NaN();
-      x1[0] = nan;
-      y1[1 % k] = nan;
-      x2[2 % k] = nan;
-      y2[3 % k] = nan;
-      break;
-    }
-    case RoiLayout::kInfinite: {
-      const double inf = std::numeric_limits<double>::infinity();
-      const double values[][4] = {{-inf, 0, inf, img_h}, {0, -inf, img_w, inf}, {-1e30, -1e30, 1e30, 1e30},
-                                  {-inf, -inf, -inf, -inf}, {inf, inf, inf, inf}, {2, 3, inf, 1e30}};
-      for (std::int64_t i = 0; i < k; ++i) {
-        x1[i] = values[i % 6][0];
-        y1[i] = values[i % 6][1];
-        x2[i] = values[i % 6][2];
-        y2[i] = values[i % 6][3];
-      }
-      break;
-    }
+    case RoiLayout::kNaN: harness::set_nan_corners(r); break;
+    case RoiLayout::kInfinite: r = harness::infinite_rois(k, img_w, img_h); break;
     case RoiLayout::kLarge:  // [-2000, 3000 + ...] x [-1500, 2500 + ...] map px around the map
       x1 = (-2000 - u.select(1, 0) * 100) / s;
       y1 = (-1500 - u.select(1, 1) * 100) / s;
       x2 = (3000 + u.select(1, 2) * 100) / s;
       y2 = (2500 + u.select(1, 3) * 100) / s;
       break;
-    case RoiLayout::kWholeMap:
-      x1.fill_(0);
-      y1.fill_(0);
-      x2.fill_(img_w);
-      y2.fill_(img_h);
-      break;
+    case RoiLayout::kWholeMap: r = harness::cycled_rows(k, {{0, 0, img_w, img_h}}); break;
   }
   at::Tensor b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch));
   switch (cfg.batches) {
@@ -198,7 +148,7 @@ at::Tensor make_rois(const PrRoiPoolCaseConfig& cfg, at::Generator& gen) {
     case BatchLayout::kInteger: break;
     case BatchLayout::kFractional: b = b + 0.75; break;
   }
-  return at::stack({b, x1, y1, x2, y2}, 1);
+  return harness::stack_rois(b, r);
 }
 
 CaseData make_case(const PrRoiPoolCaseConfig& cfg, std::uint64_t seed) {

@@ -9,6 +9,7 @@
 #include "detops/harness/eigen_bridge.h"
 #include "detops/harness/bench_inputs.h"
 #include "detops/harness/op_spec.h"
+#include "detops/harness/roi_cases.h"
 #include "detops/reference/ps_roi_reference.h"
 #include "ps_roi/ps_roi_torch.h"
 
@@ -37,7 +38,7 @@ enum class RoiLayout {
   kRoundingTies,     // ps_roi_pool: scaled coordinates exactly at n + 0.5, positive and negative
   kUnevenBins,       // ps_roi_pool: roi sizes where floating-point bin arithmetic is off by one pixel
 };
-enum class BatchLayout { kSpread, kAllInFirst, kFractional };
+using BatchLayout = harness::RoiBatchLayout;
 
 struct PsRoiCaseConfig {
   std::int64_t batch = 2, out_channels = 2, height = 12, width = 15, num_rois = 6;
@@ -59,65 +60,32 @@ struct PsRoiCaseConfig {
 at::Tensor make_rois(const PsRoiCaseConfig& cfg, at::Generator& gen) {
   const double s = cfg.spatial_scale;
   const double img_h = static_cast<double>(cfg.height) / s, img_w = static_cast<double>(cfg.width) / s;
-  const auto opts = at::TensorOptions().dtype(at::kDouble);
   const std::int64_t k = cfg.num_rois;
-  at::Tensor u = at::rand({k, 4}, gen, opts);
-  at::Tensor x1 = u.select(1, 0) * img_w * 0.8, y1 = u.select(1, 1) * img_h * 0.8;
-  at::Tensor x2 = x1 + 1 + u.select(1, 2) * img_w * 0.5, y2 = y1 + 1 + u.select(1, 3) * img_h * 0.5;
-  auto fill_rows = [&](const std::vector<std::array<double, 4>>& rows) {  // feature-map coordinates, cycled
-    x1 = at::empty({k}, opts);
-    y1 = at::empty({k}, opts);
-    x2 = at::empty({k}, opts);
-    y2 = at::empty({k}, opts);
-    for (std::int64_t i = 0; i < k; ++i) {
-      const auto& r = rows[static_cast<size_t>(i) % rows.size()];
-      x1[i] = r[0] / s;
-      y1[i] = r[1] / s;
-      x2[i] = r[2] / s;
-      y2[i] = r[3] / s;
-    }
-  };
+  harness::RoiCorners r = harness::random_image_rois(k, img_w, img_h, gen).corners;
+  auto fill_rows = [&](const std::vector<std::array<double, 4>>& rows) { r = harness::cycled_rows(k, rows, s); };
   const double h = static_cast<double>(cfg.height), w = static_cast<double>(cfg.width);
   switch (cfg.rois) {
     case RoiLayout::kRandom: break;
-    case RoiLayout::kOutside:
-      x1 = x1 - 3 * img_w;
-      x2 = x2 - 3 * img_w;
-      y1.slice(0, 0, k / 2).add_(4 * img_h);
-      y2.slice(0, 0, k / 2).add_(4 * img_h);
-      break;
+    case RoiLayout::kOutside: harness::move_outside(r, img_w, img_h); break;
     case RoiLayout::kPartlyOutside:
-      x1 = x1 - 0.6 * img_w;
-      y1 = y1 - 0.6 * img_h;
+      r.x1 = r.x1 - 0.6 * img_w;
+      r.y1 = r.y1 - 0.6 * img_h;
       break;
-    case RoiLayout::kDegenerate:
-      std::swap(x1, x2);
-      std::swap(y1, y2);
-      break;
-    case RoiLayout::kZeroSize:
-      x2 = x1.clone();
-      y2 = y1.clone();
-      break;
+    case RoiLayout::kDegenerate: harness::invert(r); break;
+    case RoiLayout::kZeroSize: harness::collapse_to_points(r); break;
     case RoiLayout::kSubPixel:
-      x2 = x1 + 0.05 / s;
-      y2 = y1 + 0.05 / s;
+      r.x2 = r.x1 + 0.05 / s;
+      r.y2 = r.y1 + 0.05 / s;
       break;
-    case RoiLayout::kNaN: {
-      const double nan = std::numeric_limits<double>::quiet_NaN();
-      x1[0] = nan;
-      y2[1 % k] = nan;
-      x2[2 % k] = nan;
-      y1[3 % k] = nan;
-      break;
-    }
+    case RoiLayout::kNaN: harness::set_nan_corners(r); break;
     case RoiLayout::kInfinite: {
       const double inf = std::numeric_limits<double>::infinity();
-      x1[0] = -inf;
-      y2[1 % k] = inf;
-      x2[2 % k] = inf;
-      y1[3 % k] = -inf;
-      x1[4 % k] = -inf;
-      x2[4 % k] = inf;
+      r.x1[0] = -inf;
+      r.y2[1 % k] = inf;
+      r.x2[2 % k] = inf;
+      r.y1[3 % k] = -inf;
+      r.x1[4 % k] = -inf;
+      r.x2[4 % k] = inf;
       break;
     }
     case RoiLayout::kHuge:
@@ -146,16 +114,7 @@ at::Tensor make_rois(const PsRoiCaseConfig& cfg, at::Generator& gen) {
                  {4, 5, 54, 32}, {6, 1, 31, 57}, {5, 4, 62, 33}, {1, 1, 59, 8}});
       break;
   }
-  at::Tensor b;
-  switch (cfg.batches) {
-    case BatchLayout::kSpread: b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch)); break;
-    case BatchLayout::kAllInFirst: b = at::zeros({k}, opts); break;
-    case BatchLayout::kFractional:
-      b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch)) + 0.75;
-      b.clamp_max_(static_cast<double>(cfg.batch) - 0.25);
-      break;
-  }
-  return at::stack({b, x1, y1, x2, y2}, 1);
+  return harness::stack_rois(harness::roi_batch_column(cfg.batches, k, cfg.batch), r);
 }
 
 at::Tensor reference_mapping(const at::Tensor& rois, std::int64_t channels, std::int64_t ph, std::int64_t pw) {

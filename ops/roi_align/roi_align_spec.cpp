@@ -10,6 +10,7 @@
 #include "detops/harness/bench_inputs.h"
 #include "detops/harness/eigen_bridge.h"
 #include "detops/harness/op_spec.h"
+#include "detops/harness/roi_cases.h"
 #include "detops/reference/roi_align_reference.h"
 #include "roi_align/roi_align_torch.h"
 
@@ -23,7 +24,7 @@ using harness::OpSpec;
 using harness::Tensors;
 
 enum class RoiLayout { kRandom, kOutside, kPartlyOutside, kDegenerate, kZeroSize, kNaN, kWholeMap, kMapBorder, kHuge };
-enum class BatchLayout { kSpread, kAllInFirst, kFractional };
+using BatchLayout = harness::RoiBatchLayout;
 
 struct RoiAlignCaseConfig {
   std::int64_t batch = 2, channels = 3, height = 12, width = 15, num_rois = 6;
@@ -39,74 +40,31 @@ struct RoiAlignCaseConfig {
 at::Tensor make_rois(const RoiAlignCaseConfig& cfg, at::Generator& gen) {
   const double img_h = static_cast<double>(cfg.height) / cfg.params.spatial_scale;
   const double img_w = static_cast<double>(cfg.width) / cfg.params.spatial_scale;
-  const auto opts = at::TensorOptions().dtype(at::kDouble);
   const std::int64_t k = cfg.num_rois;
-  at::Tensor u = at::rand({k, 4}, gen, opts);
-  at::Tensor x1 = u.select(1, 0) * img_w * 0.8, y1 = u.select(1, 1) * img_h * 0.8;
-  at::Tensor x2 = x1 + 1 + u.select(1, 2) * img_w * 0.5, y2 = y1 + 1 + u.select(1, 3) * img_h * 0.5;
+  harness::RoiCorners r = harness::random_image_rois(k, img_w, img_h, gen).corners;
   switch (cfg.rois) {
     case RoiLayout::kRandom: break;
-    case RoiLayout::kOutside:  // entirely beyond every edge: left/above and right/below
-      x1 = x1 - 3 * img_w;
-      x2 = x2 - 3 * img_w;
-      y1.slice(0, 0, k / 2).add_(4 * img_h);
-      y2.slice(0, 0, k / 2).add_(4 * img_h);
-      break;
-    case RoiLayout::kPartlyOutside:
-      x1 = x1 - 0.5 * img_w;
-      y2 = y2 + 0.5 * img_h;
-      break;
-    case RoiLayout::kDegenerate:  // x2 < x1 and y2 < y1
-      std::swap(x1, x2);
-      std::swap(y1, y2);
-      break;
-    case RoiLayout::kZeroSize:
-      x2 = x1.clone();
-      y2 = y1.clone();
-      break;
-    case RoiLayout::kNaN: {
-      const double nan = std::numeric_limits<double>::quiet_NaN();
-      x1[0] = nan;
-      y2[1 % k] = nan;
-      x2[2 % k] = nan;
-      y1[3 % k] = nan;
-      break;
-    }
-    case RoiLayout::kWholeMap:
-      x1.fill_(0);
-      y1.fill_(0);
-      x2.fill_(img_w);
-      y2.fill_(img_h);
-      break;
+    case RoiLayout::kOutside: harness::move_outside(r, img_w, img_h); break;
+    case RoiLayout::kPartlyOutside: harness::move_partly_outside(r, img_w, img_h); break;
+    case RoiLayout::kDegenerate: harness::invert(r); break;
+    case RoiLayout::kZeroSize: harness::collapse_to_points(r); break;
+    case RoiLayout::kNaN: harness::set_nan_corners(r); break;
+    case RoiLayout::kWholeMap: r = harness::cycled_rows(k, {{0, 0, img_w, img_h}}); break;
     case RoiLayout::kMapBorder: {
       // One sample per bin (sampling_ratio 1, 1x1 bins, aligned=false, scale 1): the sample sits at the
       // roi's center, so these land exactly on y = -1, y = H, x = -1, x = W and just outside them.
       const double h = static_cast<double>(cfg.height), w = static_cast<double>(cfg.width);
       const double centers[][2] = {{-1, 3}, {h, 3}, {3, -1}, {3, w}, {-1.001, 3}, {h + 0.001, 3}, {h - 1, w - 1}, {-0.5, -0.5}};
-      x1 = at::empty({k}, opts);
-      y1 = at::empty({k}, opts);
-      for (std::int64_t i = 0; i < k; ++i) {
-        y1[i] = centers[i % 8][0] - 0.5;
-        x1[i] = centers[i % 8][1] - 0.5;
-      }
-      x2 = x1 + 1;
-      y2 = y1 + 1;
+      std::vector<std::array<double, 4>> rows;
+      for (const auto& c : centers) rows.push_back({c[1] - 0.5, c[0] - 0.5, (c[1] - 0.5) + 1, (c[0] - 0.5) + 1});
+      r = harness::cycled_rows(k, rows);
       break;
     }
     case RoiLayout::kHuge:  // far larger than the adaptive-grid cap
-      x1.fill_(-1e6);
-      y1.fill_(-2e6);
-      x2.fill_(1e6);
-      y2.fill_(3e6);
+      r = harness::cycled_rows(k, {{-1e6, -2e6, 1e6, 3e6}});
       break;
   }
-  at::Tensor b;
-  switch (cfg.batches) {
-    case BatchLayout::kSpread: b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch)); break;
-    case BatchLayout::kAllInFirst: b = at::zeros({k}, opts); break;
-    case BatchLayout::kFractional: b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch)) + 0.75; b.clamp_max_(cfg.batch - 0.25); break;
-  }
-  return at::stack({b, x1, y1, x2, y2}, 1);
+  return harness::stack_rois(harness::roi_batch_column(cfg.batches, k, cfg.batch), r);
 }
 
 CaseData make_case(const RoiAlignCaseConfig& cfg, std::uint64_t seed) {

@@ -12,6 +12,7 @@
 #include "detops/harness/eigen_bridge.h"
 #include "detops/harness/bench_inputs.h"
 #include "detops/harness/op_spec.h"
+#include "detops/harness/roi_cases.h"
 #include "detops/reference/roi_pool_reference.h"
 #include "roi_pool/roi_pool_torch.h"
 
@@ -31,12 +32,12 @@ enum class RoiLayout {
   kStraddling,     // larger than the map on every side: the outer bins are empty
   kDegenerate,     // x2 < x1 and y2 < y1: one pixel
   kZeroSize,       // x2 == x1, y2 == y1: one pixel
-  kNaN,            // one NaN coordinate per roi, in each of the four columns
+  kNaN,            // one NaN coordinate in each of the first four rois, one per column
   kInfinite,       // +-inf and +-1e30 coordinates (clamped to +-kRoiPoolCoordinateLimit)
   kWholeMap,
   kHalfway,        // every scaled coordinate is an exact half (k + 0.5, k of both signs)
 };
-enum class BatchLayout { kSpread, kAllInFirst, kFractional };
+using BatchLayout = harness::RoiBatchLayout;
 
 // Feature values. Every layout starts from the same grid: each H x W plane holds a seeded random
 // permutation of H*W evenly spaced values, spacing max(2 / (H*W - 1), 1e-3), centred on a seeded
@@ -168,84 +169,32 @@ at::Tensor make_rois(const RoiPoolCaseConfig& cfg, at::Generator& gen, const std
   const double img_h = static_cast<double>(cfg.height) / s, img_w = static_cast<double>(cfg.width) / s;
   const auto opts = at::TensorOptions().dtype(at::kDouble);
   const std::int64_t k = cfg.num_rois;
-  at::Tensor u = at::rand({k, 4}, gen, opts);
-  at::Tensor x1 = u.select(1, 0) * img_w * 0.8, y1 = u.select(1, 1) * img_h * 0.8;
-  at::Tensor x2 = x1 + 1 + u.select(1, 2) * img_w * 0.5, y2 = y1 + 1 + u.select(1, 3) * img_h * 0.5;
+  const harness::RandomRois random = harness::random_image_rois(k, img_w, img_h, gen);
+  harness::RoiCorners r = random.corners;
   switch (cfg.rois) {
     case RoiLayout::kRandom: break;
-    case RoiLayout::kOutside:  // entirely beyond every edge: left/above and right/below
-      x1 = x1 - 3 * img_w;
-      x2 = x2 - 3 * img_w;
-      y1.slice(0, 0, k / 2).add_(4 * img_h);
-      y2.slice(0, 0, k / 2).add_(4 * img_h);
-      break;
-    case RoiLayout::kPartlyOutside:
-      x1 = x1 - 0.5 * img_w;
-      y2 = y2 + 0.5 * img_h;
-      break;
-    case RoiLayout::kStraddling:
-      x1 = -(0.3 + u.select(1, 0) * 0.5) * img_w;
-      y1 = -(0.3 + u.select(1, 1) * 0.5) * img_h;
-      x2 = (1.3 + u.select(1, 2) * 0.5) * img_w;
-      y2 = (1.3 + u.select(1, 3) * 0.5) * img_h;
-      break;
-    case RoiLayout::kDegenerate:
-      std::swap(x1, x2);
-      std::swap(y1, y2);
-      break;
-    case RoiLayout::kZeroSize:
-      x2 = x1.clone();
-      y2 = y1.clone();
-      break;
-    case RoiLayout::kNaN: {
-      const double nan = std::numeric_limits<double>::quiet_NaN();
-      x1[0] = nan;
-      y1[1 % k] = nan;
-      x2[2 % k] = nan;
-      y2[3 % k] = nan;
-      break;
-    }
-    case RoiLayout::kInfinite: {
-      const double inf = std::numeric_limits<double>::infinity();
-      const double values[][4] = {{-inf, 0, inf, img_h}, {0, -inf, img_w, inf}, {-1e30, -1e30, 1e30, 1e30},
-                                  {-inf, -inf, -inf, -inf}, {inf, inf, inf, inf}, {2, 3, inf, 1e30}};
-      for (std::int64_t i = 0; i < k; ++i) {
-        x1[i] = values[i % 6][0];
-        y1[i] = values[i % 6][1];
-        x2[i] = values[i % 6][2];
-        y2[i] = values[i % 6][3];
-      }
-      break;
-    }
-    case RoiLayout::kWholeMap:
-      x1.fill_(0);
-      y1.fill_(0);
-      x2.fill_(img_w);
-      y2.fill_(img_h);
-      break;
+    case RoiLayout::kOutside: harness::move_outside(r, img_w, img_h); break;
+    case RoiLayout::kPartlyOutside: harness::move_partly_outside(r, img_w, img_h); break;
+    case RoiLayout::kStraddling: r = harness::straddling_rois(random.u, img_w, img_h); break;
+    case RoiLayout::kDegenerate: harness::invert(r); break;
+    case RoiLayout::kZeroSize: harness::collapse_to_points(r); break;
+    case RoiLayout::kNaN: harness::set_nan_corners(r); break;
+    case RoiLayout::kInfinite: r = harness::infinite_rois(k, img_w, img_h); break;
+    case RoiLayout::kWholeMap: r = harness::cycled_rows(k, {{0, 0, img_w, img_h}}); break;
     case RoiLayout::kHalfway: {
       // k + 0.5 with k in [-3, size + 2]: round half away from zero sends 2.5 to 3 and -2.5 to -3, where
       // round-half-to-even would give 2 and -2.
       auto halves = [&](double size) {
         return (at::floor(at::rand({k}, gen, opts) * (size + 6)) - 3 + 0.5) / s;
       };
-      x1 = halves(static_cast<double>(cfg.width));
-      y1 = halves(static_cast<double>(cfg.height));
-      x2 = halves(static_cast<double>(cfg.width));
-      y2 = halves(static_cast<double>(cfg.height));
+      r.x1 = halves(static_cast<double>(cfg.width));
+      r.y1 = halves(static_cast<double>(cfg.height));
+      r.x2 = halves(static_cast<double>(cfg.width));
+      r.y2 = halves(static_cast<double>(cfg.height));
       break;
     }
   }
-  at::Tensor b;
-  switch (cfg.batches) {
-    case BatchLayout::kSpread: b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch)); break;
-    case BatchLayout::kAllInFirst: b = at::zeros({k}, opts); break;
-    case BatchLayout::kFractional:
-      b = at::arange(k, opts).remainder(static_cast<double>(cfg.batch)) + 0.75;
-      b.clamp_max_(static_cast<double>(cfg.batch) - 0.25);
-      break;
-  }
-  at::Tensor rois = at::stack({b, x1, y1, x2, y2}, 1);
+  at::Tensor rois = harness::stack_rois(harness::roi_batch_column(cfg.batches, k, cfg.batch), r);
   make_edges_unambiguous(rois, cfg, case_name);
   return rois;
 }
