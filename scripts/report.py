@@ -228,6 +228,36 @@ def bandwidth_chart(rows, copy_bandwidth, width=1160, label_w=330, row_h=17, gro
     return "\n".join(out)
 
 
+def centred_log_chart(groups, extent, plot_w, aria, ticks, right_title, draw_row, width, label_w, row_h, group_h):
+    """The frame both ratio charts share: rows grouped by op on a log axis centred on 1 (x(1) = mid), grid
+    lines at ticks [(value, stroke, dashed, label or None)], a title over the right-hand column, and
+    draw_row(out, row, y, cy, x, mid) for each row's label, bar and value."""
+    mid = label_w + plot_w / 2
+    height = 34 + sum(len(m) for m in groups.values()) * row_h + len(groups) * group_h + 10
+
+    def x(ratio):
+        return mid + math.log(ratio) / extent * plot_w / 2
+
+    out = [f"<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' role='img' aria-label='{aria}'>"]
+    for t, stroke, dashed, text in ticks:
+        if abs(math.log(t)) > extent:
+            continue
+        out.append(f"<line x1='{x(t):.1f}' y1='22' x2='{x(t):.1f}' y2='{height - 6}' stroke='{stroke}'"
+                   f"{DASH if dashed else ''}/>")
+        if text is not None:
+            out.append(f"<text x='{x(t):.1f}' y='15' text-anchor='middle'>{text}</text>")
+    out.append(f"<text x='{label_w + plot_w + 12}' y='15'>{right_title}</text>")
+    y = 30
+    for op, members in groups.items():
+        out.append(f"<text class='grp' x='4' y='{y + 15}'>{esc(op)}</text>")
+        y += group_h
+        for r in members:
+            draw_row(out, r, y, y + row_h / 2, x, mid)
+            y += row_h
+    out.append("</svg>")
+    return "\n".join(out)
+
+
 def ratio_chart(cmp_rows, width=1160, label_w=330, row_h=17, group_h=22):
     """Each benchmark's candidate/baseline median ratio on a log axis centred on 1, coloured by verdict."""
     if not cmp_rows:
@@ -235,49 +265,32 @@ def ratio_chart(cmp_rows, width=1160, label_w=330, row_h=17, group_h=22):
     threshold = max(r["threshold"] for r in cmp_rows)
     extent = max(max(abs(math.log(r["ratio"])) for r in cmp_rows if r["ratio"] > 0), math.log(threshold)) * 1.3
     plot_w = width - label_w - 230
-    mid = label_w + plot_w / 2
     groups = collections.OrderedDict()
     for r in sorted(cmp_rows, key=lambda r: (r["op"], r["case"], DTYPE_ORDER.get(r["dtype"], 9), r["dtype"],
                                               r["direction"] != "fwd")):
         groups.setdefault(r["op"], []).append(r)
-    height = 34 + len(cmp_rows) * row_h + len(groups) * group_h + 10
-
-    def x(ratio):
-        return mid + math.log(ratio) / extent * plot_w / 2
-
-    out = [f"<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' role='img' "
-           f"aria-label='candidate / baseline median ratio per benchmark'>"]
+    ticks = []
     for t in (0.5, 0.67, 0.8, 0.9, 1 / threshold, 1.0, threshold, 1.1, 1.25, 1.5, 2.0):
-        if abs(math.log(t)) > extent:
-            continue
         special = t in (1 / threshold, threshold)
-        out.append(f"<line x1='{x(t):.1f}' y1='22' x2='{x(t):.1f}' y2='{height - 6}' "
-                   f"stroke='{'#333' if t == 1.0 else '#c9ccd1' if special else '#eceef1'}'"
-                   f"{DASH if special else ''}/>")
-        if not special or t == threshold:
-            out.append(f"<text x='{x(t):.1f}' y='15' text-anchor='middle'>{t:.3g}x</text>")
-    out.append(f"<text x='{label_w + plot_w + 12}' y='15'>ratio · p-value · verdict</text>")
-    y = 30
-    for op, members in groups.items():
-        out.append(f"<text class='grp' x='4' y='{y + 15}'>{esc(op)}</text>")
-        y += group_h
-        for r in members:
-            c = VERDICT_COLOURS[r["verdict"]]
-            opacity = 0.85 if r["gating"] else 0.4
-            x0, x1 = sorted((mid, x(r["ratio"])))
-            cy = y + row_h / 2
-            gating = "" if r["gating"] else " (not gating)"
-            out.append(f"<g><title>{esc(r['benchmark'])}: {r['baseline_median_ms']:.4g} -> {r['candidate_median_ms']:.4g} ms, "
-                       f"ratio {r['ratio']:.3f}, p {compare.fmt_p(r['p_value'])}, {r['verdict']}{gating}</title>")
-            label = f"{r['case']} · {r['dtype']} · {r['direction']}"
-            out.append(f"<text x='{label_w - 8}' y='{cy + 4:.1f}' text-anchor='end'>{esc(label)}</text>")
-            out.append(f"<rect x='{x0:.1f}' y='{y + 3}' width='{max(x1 - x0, 1.5):.1f}' height='{row_h - 6}' fill='{c}' "
-                       f"fill-opacity='{opacity}' rx='2'/>")
-            out.append(f"<text x='{label_w + plot_w + 12}' y='{cy + 4:.1f}'>{r['ratio']:.3f} · p {compare.fmt_p(r['p_value'])} · "
-                       f"<tspan fill='{c}' font-weight='700'>{r['verdict']}</tspan>{esc(gating)}</text></g>")
-            y += row_h
-    out.append("</svg>")
-    return "\n".join(out)
+        ticks.append((t, "#333" if t == 1.0 else "#c9ccd1" if special else "#eceef1", special,
+                      f"{t:.3g}x" if not special or t == threshold else None))
+
+    def draw_row(out, r, y, cy, x, mid):
+        c = VERDICT_COLOURS[r["verdict"]]
+        opacity = 0.85 if r["gating"] else 0.4
+        x0, x1 = sorted((mid, x(r["ratio"])))
+        gating = "" if r["gating"] else " (not gating)"
+        out.append(f"<g><title>{esc(r['benchmark'])}: {r['baseline_median_ms']:.4g} -> {r['candidate_median_ms']:.4g} ms, "
+                   f"ratio {r['ratio']:.3f}, p {compare.fmt_p(r['p_value'])}, {r['verdict']}{gating}</title>")
+        label = f"{r['case']} · {r['dtype']} · {r['direction']}"
+        out.append(f"<text x='{label_w - 8}' y='{cy + 4:.1f}' text-anchor='end'>{esc(label)}</text>")
+        out.append(f"<rect x='{x0:.1f}' y='{y + 3}' width='{max(x1 - x0, 1.5):.1f}' height='{row_h - 6}' fill='{c}' "
+                   f"fill-opacity='{opacity}' rx='2'/>")
+        out.append(f"<text x='{label_w + plot_w + 12}' y='{cy + 4:.1f}'>{r['ratio']:.3f} · p {compare.fmt_p(r['p_value'])} · "
+                   f"<tspan fill='{c}' font-weight='700'>{r['verdict']}</tspan>{esc(gating)}</text></g>")
+
+    return centred_log_chart(groups, extent, plot_w, "candidate / baseline median ratio per benchmark", ticks,
+                             "ratio · p-value · verdict", draw_row, width, label_w, row_h, group_h)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -406,47 +419,30 @@ def speedup_chart(entries, width=1160, label_w=330, row_h=17, group_h=22):
     timed = [e for e in entries if e.get("speedup")]
     extent = max([abs(math.log(e["speedup"])) for e in timed] + [math.log(2)]) * 1.15
     plot_w = width - label_w - 200
-    mid = label_w + plot_w / 2
     groups = collections.OrderedDict()
     for e in entries:
         groups.setdefault(e["op"], []).append(e)
-    height = 34 + len(entries) * row_h + len(groups) * group_h + 10
+    ticks = [(t, "#333" if t == 1.0 else "#eceef1", False, f"{t:g}x")
+             for t in (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0, 30.0, 100.0)]
 
-    def x(r):
-        return mid + math.log(r) / extent * plot_w / 2
+    def draw_row(out, e, y, cy, x, mid):
+        label = f"{e['case']} · {e['dtype']} · {e['direction']}"
+        out.append(f"<text x='{label_w - 8}' y='{cy + 4:.1f}' text-anchor='end'>{esc(label)}</text>")
+        sp = e.get("speedup")
+        if sp:
+            c = "#2ca02c" if sp >= 1 else "#d62728"
+            x0, x1 = sorted((mid, x(sp)))
+            out.append(f"<g><title>{esc(e['op'])}/{esc(label)}: torchvision {e['torchvision_ms']:.4g} ms, DetOps "
+                       f"{e['detops_ms']:.4g} ms</title><rect x='{x0:.1f}' y='{y + 3}' width='{max(x1 - x0, 1.5):.1f}' "
+                       f"height='{row_h - 6}' fill='{c}' fill-opacity='0.85' rx='2'/>"
+                       f"<text x='{label_w + plot_w + 12}' y='{cy + 4:.1f}'>{sp:.2f}x</text></g>")
+        else:
+            why = e.get("error") or e.get("torchvision_note") or "no torchvision time"
+            out.append(f"<text x='{label_w + plot_w + 12}' y='{cy + 4:.1f}' fill='#888'><title>{esc(why)}</title>"
+                       f"{'error' if e.get('error') else 'none'}</text>")
 
-    out = [f"<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' role='img' "
-           f"aria-label='speed-up over torchvision per op, case, dtype and direction'>"]
-    for t in (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0, 30.0, 100.0):
-        if abs(math.log(t)) > extent:
-            continue
-        out.append(f"<line x1='{x(t):.1f}' y1='22' x2='{x(t):.1f}' y2='{height - 6}' "
-                   f"stroke='{'#333' if t == 1.0 else '#eceef1'}'/>")
-        out.append(f"<text x='{x(t):.1f}' y='15' text-anchor='middle'>{t:g}x</text>")
-    out.append(f"<text x='{label_w + plot_w + 12}' y='15'>speed-up</text>")
-    y = 30
-    for op, members in groups.items():
-        out.append(f"<text class='grp' x='4' y='{y + 15}'>{esc(op)}</text>")
-        y += group_h
-        for e in members:
-            cy = y + row_h / 2
-            label = f"{e['case']} · {e['dtype']} · {e['direction']}"
-            out.append(f"<text x='{label_w - 8}' y='{cy + 4:.1f}' text-anchor='end'>{esc(label)}</text>")
-            sp = e.get("speedup")
-            if sp:
-                c = "#2ca02c" if sp >= 1 else "#d62728"
-                x0, x1 = sorted((mid, x(sp)))
-                out.append(f"<g><title>{esc(e['op'])}/{esc(label)}: torchvision {e['torchvision_ms']:.4g} ms, DetOps "
-                           f"{e['detops_ms']:.4g} ms</title><rect x='{x0:.1f}' y='{y + 3}' width='{max(x1 - x0, 1.5):.1f}' "
-                           f"height='{row_h - 6}' fill='{c}' fill-opacity='0.85' rx='2'/>"
-                           f"<text x='{label_w + plot_w + 12}' y='{cy + 4:.1f}'>{sp:.2f}x</text></g>")
-            else:
-                why = e.get("error") or e.get("torchvision_note") or "no torchvision time"
-                out.append(f"<text x='{label_w + plot_w + 12}' y='{cy + 4:.1f}' fill='#888'><title>{esc(why)}</title>"
-                           f"{'error' if e.get('error') else 'none'}</text>")
-            y += row_h
-    out.append("</svg>")
-    return "\n".join(out)
+    return centred_log_chart(groups, extent, plot_w, "speed-up over torchvision per op, case, dtype and direction",
+                             ticks, "speed-up", draw_row, width, label_w, row_h, group_h)
 
 
 def peers_section(record):

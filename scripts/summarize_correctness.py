@@ -91,27 +91,24 @@ def main():
     out.append(f"**{total['passed']} passed, {total['failed']} failed, {total['skipped']} skipped**"
                + (f" in {args.wall_seconds:.0f} s" if args.wall_seconds is not None else ""))
     out.append("")
-    out.append("| op | check | dtype | device | passed | failed | skipped |")
-    out.append("|---|---|---|---|---|---|---|")
-    for (op, check, dtype, device), c in sorted(counts.items()):
-        out.append(f"| {op} | {check} | {dtype} | {device} | {c['passed']} | {c['failed']} | {c['skipped']} |")
-    out.append("")
+    def table(title, columns, rows):
+        if title:
+            out.extend([title, ""])
+        out.append("| " + " | ".join(columns) + " |")
+        out.append("|" + "---|" * len(columns))
+        out.extend("| " + " | ".join(str(v) for v in row) + " |" for row in rows)
+        out.append("")
+
+    table(None, ["op", "check", "dtype", "device", "passed", "failed", "skipped"],
+          [(*key, c["passed"], c["failed"], c["skipped"]) for key, c in sorted(counts.items())])
     if repro:
-        out.append("Bitwise reproducibility (two runs on the same inputs):")
-        out.append("")
-        out.append("| op | direction | device | dtype | reproducible | not reproducible |")
-        out.append("|---|---|---|---|---|---|")
-        for (op, direction, device, dtype), c in sorted(repro.items()):
-            out.append(f"| {op} | {direction} | {device} | {dtype} | {c['true']} | {c['false']} |")
-        out.append("")
+        table("Bitwise reproducibility (two runs on the same inputs):",
+              ["op", "direction", "device", "dtype", "reproducible", "not reproducible"],
+              [(*key, c["true"], c["false"]) for key, c in sorted(repro.items())])
     if max_err:
-        out.append("Largest errors against the reference (or finite differences):")
-        out.append("")
-        out.append("| op | check | dtype | max abs error | max rel error | worst test |")
-        out.append("|---|---|---|---|---|---|")
-        for (op, check, dtype), (a, r, name) in sorted(max_err.items()):
-            out.append(f"| {op} | {check} | {dtype} | {a:.3g} | {r:.3g} | {name} |")
-        out.append("")
+        table("Largest errors against the reference (or finite differences):",
+              ["op", "check", "dtype", "max abs error", "max rel error", "worst test"],
+              [(*key, f"{a:.3g}", f"{r:.3g}", name) for key, (a, r, name) in sorted(max_err.items())])
     if failures:
         out.append("Failures:")
         out.extend(failures[:50])

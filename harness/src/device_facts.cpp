@@ -3,8 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <utility>
 
-#include "common/kernel_registry.h"
 #include "detops/harness/checks.h"
 
 #ifndef DETOPS_NVCC_VERSION
@@ -39,13 +39,21 @@ int attribute(cudaDeviceAttr attr, int device) {
   return v;
 }
 
+KernelFacts& attached() {
+  static KernelFacts facts;
+  return facts;
+}
+
 }  // namespace
 
+void attach_kernel_facts(KernelFacts facts) { attached() = std::move(facts); }
+
 nlohmann::json device_facts() {
+  const KernelFacts& kf = attached();
   nlohmann::json j;
   j["build"] = {{"nvcc_version", DETOPS_NVCC_VERSION},
-                {"cuda_architectures", built_cuda_architectures()},
-                {"sass_architectures", built_sass_architectures()},
+                {"cuda_architectures", kf.inspect ? kf.cuda_architectures : "unknown"},
+                {"sass_architectures", kf.inspect ? kf.sass_architectures : "unknown"},
                 {"libtorch_version", DETOPS_TORCH_VERSION},
                 {"libtorch_cuda_version", DETOPS_TORCH_CUDA_VERSION}};
   int runtime = 0, driver = 0;
@@ -74,8 +82,12 @@ nlohmann::json device_facts() {
               {"default_sm_clock_khz", attribute(cudaDevAttrClockRate, device)},
               {"memory_clock_khz", attribute(cudaDevAttrMemoryClockRate, device)},
               {"memory_bus_width_bits", attribute(cudaDevAttrGlobalMemoryBusWidth, device)}};
+  if (kf.inspect == nullptr) {
+    j["kernels_reason"] = "no op library attached (attach_kernel_facts was not called)";
+    return j;
+  }
   nlohmann::json kernels = nlohmann::json::array();
-  for (const KernelImage& k : inspect_kernel_images(device)) {
+  for (const KernelImage& k : kf.inspect(device)) {
     nlohmann::json e = {{"op", k.op},
                         {"kernel", k.name},
                         {"runs_from", kernel_image_source_name(k.source)},

@@ -1,12 +1,10 @@
 #pragma once
 // Box IoU family launchers (CUDA and CPU), framework-free. Parameters: box_iou_params.h.
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
-#include <functional>
 
 #include "box_iou/box_iou_params.h"
-#include "common/dtype.h"
+#include "common/entry_points.h"
+#include "detops/core/dtype.h"
 
 namespace detops {
 
@@ -53,22 +51,15 @@ struct BoxIouLossBackwardArgs {
 
 // CUDA launchers: validate nothing (the framework layer does), return immediately on empty work, check
 // the launch. Asynchronous on `stream`. Each output element is written by one thread: deterministic.
-void launch_box_iou_pairwise(const BoxIouParams& params, const BoxIouPairwiseArgs& args, DType dtype,
-                             cudaStream_t stream);
-void launch_box_iou_loss_forward(const BoxIouLossParams& params, const BoxIouLossForwardArgs& args, DType dtype,
-                                 cudaStream_t stream);
-void launch_box_iou_loss_backward(const BoxIouLossParams& params, const BoxIouLossBackwardArgs& args, DType dtype,
-                                  cudaStream_t stream);
+Launcher<BoxIouParams, BoxIouPairwiseArgs> launch_box_iou_pairwise;
+Launcher<BoxIouLossParams, BoxIouLossForwardArgs> launch_box_iou_loss_forward;
+Launcher<BoxIouLossParams, BoxIouLossBackwardArgs> launch_box_iou_loss_backward;
 
 // CPU implementations over the same per-element math. `parallel_for(begin, end, body)` may run body on
 // disjoint sub-ranges concurrently (rows of the pairwise output, pairs of the losses); every output
 // element is written once, so the results do not depend on the split.
-using ParallelFor = std::function<void(std::int64_t, std::int64_t, const std::function<void(std::int64_t, std::int64_t)>&)>;
-void run_box_iou_pairwise_cpu(const BoxIouParams& params, const BoxIouPairwiseArgs& args, DType dtype,
-                              const ParallelFor& parallel_for);
-void run_box_iou_loss_forward_cpu(const BoxIouLossParams& params, const BoxIouLossForwardArgs& args, DType dtype,
-                                  const ParallelFor& parallel_for);
-void run_box_iou_loss_backward_cpu(const BoxIouLossParams& params, const BoxIouLossBackwardArgs& args, DType dtype,
-                                   const ParallelFor& parallel_for);
+CpuEntry<BoxIouParams, BoxIouPairwiseArgs> run_box_iou_pairwise_cpu;
+CpuEntry<BoxIouLossParams, BoxIouLossForwardArgs> run_box_iou_loss_forward_cpu;
+CpuEntry<BoxIouLossParams, BoxIouLossBackwardArgs> run_box_iou_loss_backward_cpu;
 
 }  // namespace detops

@@ -5,85 +5,80 @@
 #include "common/dispatch.h"
 
 namespace detops {
+namespace {
+
+// fn(variant tag, dtype tag) for the op's variant and dtype; nothing on empty work (rows == 0).
+template <typename Fn>
+void dispatch_box_iou_cpu(const char* what, BoxIouVariant variant, DType dtype, std::int64_t rows, Fn&& fn) {
+  if (rows == 0) return;
+  dispatch_box_iou_variant(variant, what, [&](auto vtag) {
+    dispatch_floating(dtype, what, [&](auto tag) { fn(vtag, tag); });
+  });
+}
+
+}  // namespace
 
 void run_box_iou_pairwise_cpu(const BoxIouParams& params, const BoxIouPairwiseArgs& args, DType dtype,
                               const ParallelFor& parallel_for) {
-  if (args.n == 0 || args.m == 0) return;
-  dispatch_box_iou_variant(params.variant, "box_iou_pairwise_cpu", [&](auto vtag) {
+  dispatch_box_iou_cpu("box_iou_pairwise_cpu", params.variant, dtype, args.n * args.m, [&](auto vtag, auto tag) {
     constexpr BoxIouVariant V = decltype(vtag)::value;
-    dispatch_floating(dtype, "box_iou_pairwise_cpu", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using Acc = acc_t<T>;
-      const T* boxes1 = static_cast<const T*>(args.boxes1);
-      const T* boxes2 = static_cast<const T*>(args.boxes2);
-      Acc* out = static_cast<Acc*>(args.out);
-      const Acc eps = static_cast<Acc>(params.eps);
-      std::vector<BoxGeometry<Acc>> cols(static_cast<size_t>(args.m));
-      for (std::int64_t j = 0; j < args.m; ++j) cols[static_cast<size_t>(j)] = box_geometry<V, T, Acc>(boxes2 + j * 4);
-      parallel_for(0, args.n, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t i = begin; i < end; ++i) {
-          const BoxGeometry<Acc> row = box_geometry<V, T, Acc>(boxes1 + i * 4);
-          Acc* out_row = out + i * args.m;
-          for (std::int64_t j = 0; j < args.m; ++j) {
-            out_row[j] = box_iou_pairwise_value<V, Acc>(row, cols[static_cast<size_t>(j)], eps);
-          }
-        }
-      });
+    using T = typename decltype(tag)::type;
+    using Acc = acc_t<T>;
+    const T* boxes1 = static_cast<const T*>(args.boxes1);
+    const T* boxes2 = static_cast<const T*>(args.boxes2);
+    Acc* out = static_cast<Acc*>(args.out);
+    const Acc eps = static_cast<Acc>(params.eps);
+    std::vector<BoxGeometry<Acc>> cols(static_cast<size_t>(args.m));
+    for (std::int64_t j = 0; j < args.m; ++j) cols[static_cast<size_t>(j)] = box_geometry<V, T, Acc>(boxes2 + j * 4);
+    parallel_for_each(parallel_for, args.n, [&](std::int64_t i) {
+      const BoxGeometry<Acc> row = box_geometry<V, T, Acc>(boxes1 + i * 4);
+      Acc* out_row = out + i * args.m;
+      for (std::int64_t j = 0; j < args.m; ++j) {
+        out_row[j] = box_iou_pairwise_value<V, Acc>(row, cols[static_cast<size_t>(j)], eps);
+      }
     });
   });
 }
 
 void run_box_iou_loss_forward_cpu(const BoxIouLossParams& params, const BoxIouLossForwardArgs& args, DType dtype,
                                   const ParallelFor& parallel_for) {
-  if (args.n == 0) return;
-  dispatch_box_iou_variant(params.variant, "box_iou_loss_forward_cpu", [&](auto vtag) {
+  dispatch_box_iou_cpu("box_iou_loss_forward_cpu", params.variant, dtype, args.n, [&](auto vtag, auto tag) {
     constexpr BoxIouVariant V = decltype(vtag)::value;
-    dispatch_floating(dtype, "box_iou_loss_forward_cpu", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using Acc = acc_t<T>;
-      const T* b1 = static_cast<const T*>(args.boxes1);
-      const T* b2 = static_cast<const T*>(args.boxes2);
-      const T* a1 = static_cast<const T*>(args.alpha_boxes1);
-      const T* a2 = static_cast<const T*>(args.alpha_boxes2);
-      Acc* loss = static_cast<Acc*>(args.loss);
-      parallel_for(0, args.n, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t i = begin; i < end; ++i) {
-          const BoxCoords<Acc> a = load_box<T, Acc>(b1 + i * 4);
-          const BoxCoords<Acc> b = load_box<T, Acc>(b2 + i * 4);
-          const BoxCoords<Acc> a0 = a1 != nullptr ? load_box<T, Acc>(a1 + i * 4) : a;
-          const BoxCoords<Acc> b0 = a2 != nullptr ? load_box<T, Acc>(a2 + i * 4) : b;
-          loss[i] = box_iou_loss_value<V, Acc>(params, a, b, a0, b0);
-        }
-      });
+    using T = typename decltype(tag)::type;
+    using Acc = acc_t<T>;
+    const T* b1 = static_cast<const T*>(args.boxes1);
+    const T* b2 = static_cast<const T*>(args.boxes2);
+    const T* a1 = static_cast<const T*>(args.alpha_boxes1);
+    const T* a2 = static_cast<const T*>(args.alpha_boxes2);
+    Acc* loss = static_cast<Acc*>(args.loss);
+    parallel_for_each(parallel_for, args.n, [&](std::int64_t i) {
+      const BoxCoords<Acc> a = load_box<T, Acc>(b1 + i * 4);
+      const BoxCoords<Acc> b = load_box<T, Acc>(b2 + i * 4);
+      const BoxCoords<Acc> a0 = a1 != nullptr ? load_box<T, Acc>(a1 + i * 4) : a;
+      const BoxCoords<Acc> b0 = a2 != nullptr ? load_box<T, Acc>(a2 + i * 4) : b;
+      loss[i] = box_iou_loss_value<V, Acc>(params, a, b, a0, b0);
     });
   });
 }
 
 void run_box_iou_loss_backward_cpu(const BoxIouLossParams& params, const BoxIouLossBackwardArgs& args, DType dtype,
                                    const ParallelFor& parallel_for) {
-  if (args.n == 0) return;
-  dispatch_box_iou_variant(params.variant, "box_iou_loss_backward_cpu", [&](auto vtag) {
+  dispatch_box_iou_cpu("box_iou_loss_backward_cpu", params.variant, dtype, args.n, [&](auto vtag, auto tag) {
     constexpr BoxIouVariant V = decltype(vtag)::value;
-    dispatch_floating(dtype, "box_iou_loss_backward_cpu", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using Acc = acc_t<T>;
-      const Acc* grad = static_cast<const Acc*>(args.grad);
-      const T* b1 = static_cast<const T*>(args.boxes1);
-      const T* b2 = static_cast<const T*>(args.boxes2);
-      T* g1 = static_cast<T*>(args.grad_boxes1);
-      T* g2 = static_cast<T*>(args.grad_boxes2);
-      const Acc scale = static_cast<Acc>(args.grad_scale);
-      parallel_for(0, args.n, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t i = begin; i < end; ++i) {
-          const Acc g = grad[i * args.grad_stride] * scale;
-          const BoxPairGrad<Acc> d =
-              box_iou_loss_grad<V, Acc>(params, load_box<T, Acc>(b1 + i * 4), load_box<T, Acc>(b2 + i * 4), g);
-          for (int k = 0; k < 4; ++k) {
-            g1[i * 4 + k] = from_acc<T>(d.a[k]);
-            g2[i * 4 + k] = from_acc<T>(d.b[k]);
-          }
-        }
-      });
+    using T = typename decltype(tag)::type;
+    using Acc = acc_t<T>;
+    const Acc* grad = static_cast<const Acc*>(args.grad);
+    T* g1 = static_cast<T*>(args.grad_boxes1);
+    T* g2 = static_cast<T*>(args.grad_boxes2);
+    const Acc scale = static_cast<Acc>(args.grad_scale);
+    parallel_for_each(parallel_for, args.n, [&](std::int64_t i) {
+      const BoxPairGrad<Acc> d = box_iou_loss_grad<V, Acc>(params, load_box<T, Acc>(static_cast<const T*>(args.boxes1) + i * 4),
+                                                           load_box<T, Acc>(static_cast<const T*>(args.boxes2) + i * 4),
+                                                           grad[i * args.grad_stride] * scale);
+      for (int k = 0; k < 4; ++k) {
+        g1[i * 4 + k] = from_acc<T>(d.a[k]);
+        g2[i * 4 + k] = from_acc<T>(d.b[k]);
+      }
     });
   });
 }

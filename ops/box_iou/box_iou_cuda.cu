@@ -7,10 +7,9 @@
 #include <string>
 
 #include "box_iou/box_iou_kernel.cuh"
-#include "common/cuda_check.h"
+#include "detops/core/cuda_check.h"
 #include "common/dispatch.h"
-#include "common/kernel_registry.h"
-#include "common/launch.h"
+#include "common/kernel_launch.cuh"
 
 namespace detops {
 namespace {
@@ -112,33 +111,31 @@ const char* variant_name(BoxIouVariant v) {
   return "?";
 }
 
-// register_kernel copies the names.
 template <BoxIouVariant V, typename T>
 void register_variant_kernels(const char* type_name) {
-  const std::string args = std::string("<") + variant_name(V) + ", " + type_name;
-  register_kernel(box_iou_pairwise_op_name(V), ("box_iou_pairwise_kernel" + args + ">").c_str(),
-                  reinterpret_cast<const void*>(&box_iou_pairwise_kernel<V, T>));
-  register_kernel(box_iou_loss_op_name(V), ("box_iou_loss_forward_kernel" + args + ">").c_str(),
-                  reinterpret_cast<const void*>(&box_iou_loss_forward_kernel<V, T>));
-  register_kernel(box_iou_loss_op_name(V), ("box_iou_loss_backward_kernel" + args + ">").c_str(),
-                  reinterpret_cast<const void*>(&box_iou_loss_backward_kernel<V, T>));
+  const std::string args = std::string(variant_name(V)) + ", " + type_name;
+  register_instantiation(box_iou_pairwise_op_name(V), "box_iou_pairwise_kernel", args, &box_iou_pairwise_kernel<V, T>);
+  register_instantiation(box_iou_loss_op_name(V), "box_iou_loss_forward_kernel", args,
+                         &box_iou_loss_forward_kernel<V, T>);
+  register_instantiation(box_iou_loss_op_name(V), "box_iou_loss_backward_kernel", args,
+                         &box_iou_loss_backward_kernel<V, T>);
 }
 
-template <typename T>
-void register_type_kernels(const char* type_name) {
-  register_variant_kernels<BoxIouVariant::kIoU, T>(type_name);
-  register_variant_kernels<BoxIouVariant::kGIoU, T>(type_name);
-  register_variant_kernels<BoxIouVariant::kDIoU, T>(type_name);
-  register_variant_kernels<BoxIouVariant::kCIoU, T>(type_name);
-}
+const bool kRegistered = for_each_floating_type([](auto tag, const char* type) {
+  using T = typename decltype(tag)::type;
+  register_variant_kernels<BoxIouVariant::kIoU, T>(type);
+  register_variant_kernels<BoxIouVariant::kGIoU, T>(type);
+  register_variant_kernels<BoxIouVariant::kDIoU, T>(type);
+  register_variant_kernels<BoxIouVariant::kCIoU, T>(type);
+});
 
-const bool kRegistered = [] {
-  register_type_kernels<double>("double");
-  register_type_kernels<float>("float");
-  register_type_kernels<__half>("half");
-  register_type_kernels<__nv_bfloat16>("bfloat16");
-  return true;
-}();
+// fn(variant tag, type tag) for params.variant and dtype.
+template <typename Fn>
+void dispatch_variant_and_floating(BoxIouVariant variant, DType dtype, const char* what, Fn&& fn) {
+  dispatch_box_iou_variant(variant, what, [&](auto vtag) {
+    dispatch_floating(dtype, what, [&](auto tag) { fn(vtag, tag); });
+  });
+}
 
 unsigned capped_blocks(std::int64_t tiles) {
   return static_cast<unsigned>(tiles < static_cast<std::int64_t>(kMaxGridDim) ? tiles : kMaxGridDim);
@@ -151,53 +148,33 @@ void launch_box_iou_pairwise(const BoxIouParams& params, const BoxIouPairwiseArg
   if (args.n == 0 || args.m == 0) return;
   const dim3 block(kBlockX, kBlockY);
   const dim3 grid(capped_blocks((args.m + kTileCols - 1) / kTileCols), capped_blocks((args.n + kTileRows - 1) / kTileRows));
-  dispatch_box_iou_variant(params.variant, "box_iou_pairwise", [&](auto vtag) {
-    constexpr BoxIouVariant V = decltype(vtag)::value;
-    dispatch_floating(dtype, "box_iou_pairwise", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      box_iou_pairwise_kernel<V, T><<<grid, block, 0, stream>>>(params, args.n, args.m,
-                                                                static_cast<const T*>(args.boxes1),
-                                                                static_cast<const T*>(args.boxes2),
-                                                                static_cast<acc_t<T>*>(args.out));
-    });
+  dispatch_variant_and_floating(params.variant, dtype, "box_iou_pairwise", [&](auto vtag, auto tag) {
+    launch_kernel(&box_iou_pairwise_kernel<decltype(vtag)::value, typename decltype(tag)::type>, grid, block, stream,
+                  params, args.n, args.m, args.boxes1, args.boxes2, args.out);
   });
-  DETOPS_CHECK_LAUNCH();
 }
 
 void launch_box_iou_loss_forward(const BoxIouLossParams& params, const BoxIouLossForwardArgs& args, DType dtype,
                                  cudaStream_t stream) {
   if (args.n == 0) return;
   const unsigned blocks = grid_for(args.n, kLossThreads);
-  dispatch_box_iou_variant(params.variant, "box_iou_loss_forward", [&](auto vtag) {
-    constexpr BoxIouVariant V = decltype(vtag)::value;
-    dispatch_floating(dtype, "box_iou_loss_forward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* b1 = static_cast<const T*>(args.boxes1);
-      const T* b2 = static_cast<const T*>(args.boxes2);
-      const T* a1 = static_cast<const T*>(args.alpha_boxes1);
-      const T* a2 = static_cast<const T*>(args.alpha_boxes2);
-      box_iou_loss_forward_kernel<V, T><<<blocks, kLossThreads, 0, stream>>>(params, args.n, b1, b2, a1, a2,
-                                                                             static_cast<acc_t<T>*>(args.loss));
-    });
+  dispatch_variant_and_floating(params.variant, dtype, "box_iou_loss_forward", [&](auto vtag, auto tag) {
+    launch_kernel(&box_iou_loss_forward_kernel<decltype(vtag)::value, typename decltype(tag)::type>, blocks,
+                  kLossThreads, stream, params, args.n, args.boxes1, args.boxes2, args.alpha_boxes1, args.alpha_boxes2,
+                  args.loss);
   });
-  DETOPS_CHECK_LAUNCH();
 }
 
 void launch_box_iou_loss_backward(const BoxIouLossParams& params, const BoxIouLossBackwardArgs& args, DType dtype,
                                   cudaStream_t stream) {
   if (args.n == 0) return;
   const unsigned blocks = grid_for(args.n, kLossThreads);
-  dispatch_box_iou_variant(params.variant, "box_iou_loss_backward", [&](auto vtag) {
-    constexpr BoxIouVariant V = decltype(vtag)::value;
-    dispatch_floating(dtype, "box_iou_loss_backward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      box_iou_loss_backward_kernel<V, T><<<blocks, kLossThreads, 0, stream>>>(
-          params, args.n, static_cast<const acc_t<T>*>(args.grad), args.grad_stride,
-          static_cast<acc_t<T>>(args.grad_scale), static_cast<const T*>(args.boxes1),
-          static_cast<const T*>(args.boxes2), static_cast<T*>(args.grad_boxes1), static_cast<T*>(args.grad_boxes2));
-    });
+  dispatch_variant_and_floating(params.variant, dtype, "box_iou_loss_backward", [&](auto vtag, auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_kernel(&box_iou_loss_backward_kernel<decltype(vtag)::value, T>, blocks, kLossThreads, stream, params,
+                  args.n, args.grad, args.grad_stride, static_cast<acc_t<T>>(args.grad_scale), args.boxes1,
+                  args.boxes2, args.grad_boxes1, args.grad_boxes2);
   });
-  DETOPS_CHECK_LAUNCH();
 }
 
 }  // namespace detops

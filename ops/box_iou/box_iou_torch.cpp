@@ -1,19 +1,18 @@
 // The box IoU family as torch ops: torch.ops.detops.box_iou / generalized_box_iou / distance_box_iou /
 // complete_box_iou (pairwise, forward only) and iou_loss / generalized_box_iou_loss /
 // distance_box_iou_loss / complete_box_iou_loss (element-wise, with backward). Argument names, order and
-// defaults follow torchvision.ops so the ops can replace it unchanged.
+// defaults follow torchvision.ops so the ops can replace it unchanged. Registered with the op kit
+// (docs/op-kit.md); the string arguments make these hand-written (opkit::define_raw).
 #include "box_iou/box_iou_torch.h"
 
 #include <ATen/ops/div.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sum.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/autograd.h>
-#include <torch/library.h>
 
 #include <cmath>
 
-#include "common/torch_autograd.h"
+#include "common/torch_op_kit.h"
 #include "common/torch_utils.h"
 
 namespace detops {
@@ -264,174 +263,109 @@ std::tuple<at::Tensor, at::Tensor> loss_backward_meta(const at::Tensor&, const a
   return {at::empty(boxes1.sizes(), boxes1.options()), at::empty(boxes2.sizes(), boxes2.options())};
 }
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-// The pairwise ops below autograd, through the dispatcher (so CPU, CUDA and Meta all work).
-at::Tensor call_pairwise_op(BoxIouVariant variant, const at::Tensor& boxes1, const at::Tensor& boxes2, double eps) {
-  static const auto iou = find_typed_op<decltype(box_iou_kernel)>("detops::box_iou");
-  static const auto giou = find_typed_op<decltype(generalized_box_iou_kernel)>("detops::generalized_box_iou");
-  static const auto diou = find_typed_op<decltype(distance_box_iou_kernel)>("detops::distance_box_iou");
-  static const auto ciou = find_typed_op<decltype(complete_box_iou_kernel)>("detops::complete_box_iou");
-  switch (variant) {
-    case BoxIouVariant::kIoU: return iou.call(boxes1, boxes2);
-    case BoxIouVariant::kGIoU: return giou.call(boxes1, boxes2);
-    case BoxIouVariant::kDIoU: return diou.call(boxes1, boxes2, eps);
-    case BoxIouVariant::kCIoU: return ciou.call(boxes1, boxes2, eps);
-  }
-  TORCH_CHECK_VALUE(false, "box_iou: unknown variant code ", static_cast<int>(variant));
-}
+using opkit::AutogradContext;
+using opkit::variable_list;
 
 // The pairwise ops are forward only: an output that requires grad carries a node that refuses the
 // backward with a clear message, instead of silently giving no gradient.
-class BoxIouPairwiseFunction : public torch::autograd::Function<BoxIouPairwiseFunction> {
+template <BoxIouVariant V, typename... Eps>
+class PairwiseFunction : public torch::autograd::Function<PairwiseFunction<V, Eps...>> {
  public:
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& boxes1, const at::Tensor& boxes2,
-                               std::int64_t variant, double eps) {
-    ctx->saved_data["variant"] = variant;
+  static variable_list forward(AutogradContext*, const at::Tensor& boxes1, const at::Tensor& boxes2, Eps... eps) {
+    static const auto op = find_typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, Eps...)>(
+        (std::string("detops::") + box_iou_pairwise_op_name(V)).c_str());
     at::AutoDispatchBelowADInplaceOrView guard;
-    return {call_pairwise_op(static_cast<BoxIouVariant>(variant), boxes1, boxes2, eps)};
+    return {op.call(boxes1, boxes2, eps...)};
   }
-  static variable_list backward(AutogradContext* ctx, const variable_list&) {
-    const auto variant = static_cast<BoxIouVariant>(ctx->saved_data["variant"].toInt());
-    TORCH_CHECK(false, box_iou_pairwise_op_name(variant),
+  static variable_list backward(AutogradContext*, const variable_list&) {
+    TORCH_CHECK(false, box_iou_pairwise_op_name(V),
                 ": the pairwise box IoU ops are forward only (no backward); for gradients use the element-wise "
                 "losses iou_loss, generalized_box_iou_loss, distance_box_iou_loss or complete_box_iou_loss");
   }
 };
 
-at::Tensor box_iou_autograd(const at::Tensor& b1, const at::Tensor& b2) {
-  return BoxIouPairwiseFunction::apply(b1, b2, static_cast<std::int64_t>(BoxIouVariant::kIoU), 1e-7)[0];
-}
-at::Tensor generalized_box_iou_autograd(const at::Tensor& b1, const at::Tensor& b2) {
-  return BoxIouPairwiseFunction::apply(b1, b2, static_cast<std::int64_t>(BoxIouVariant::kGIoU), 1e-7)[0];
-}
-at::Tensor distance_box_iou_autograd(const at::Tensor& b1, const at::Tensor& b2, double eps) {
-  return BoxIouPairwiseFunction::apply(b1, b2, static_cast<std::int64_t>(BoxIouVariant::kDIoU), eps)[0];
-}
-at::Tensor complete_box_iou_autograd(const at::Tensor& b1, const at::Tensor& b2, double eps) {
-  return BoxIouPairwiseFunction::apply(b1, b2, static_cast<std::int64_t>(BoxIouVariant::kCIoU), eps)[0];
+template <BoxIouVariant V, typename... Eps>
+at::Tensor pairwise_autograd(const at::Tensor& b1, const at::Tensor& b2, Eps... eps) {
+  return PairwiseFunction<V, Eps...>::apply(b1, b2, eps...)[0];
 }
 
 using LossSchema = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, double);
 using LossBackwardSchema = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                                               c10::string_view, c10::string_view, double);
 
-c10::TypedOperatorHandle<LossBackwardSchema> loss_backward_op() {
+const c10::TypedOperatorHandle<LossBackwardSchema>& loss_backward_op() {
   static const auto op = find_typed_op<LossBackwardSchema>("detops::_box_iou_loss_backward");
   return op;
 }
 
+// The losses' autograd: the op runs below autograd (and validates its arguments); its Params are then
+// saved whole for the backward, which calls _box_iou_loss_backward with them.
 template <BoxIouVariant V>
-class BoxIouLossFunction : public torch::autograd::Function<BoxIouLossFunction<V>> {
+class LossFunction : public torch::autograd::Function<LossFunction<V>> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& boxes1, const at::Tensor& boxes2,
                                c10::string_view reduction, double eps) {
-    ctx->saved_data["reduction"] = std::string(reduction);
-    ctx->saved_data["eps"] = eps;
+    static const auto op =
+        find_typed_op<LossSchema>((std::string("detops::") + box_iou_loss_op_name(V)).c_str());
     ctx->save_for_backward({boxes1, boxes2});
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow((std::string("detops::") + box_iou_loss_op_name(V)).c_str(), "")
-                         .typed<LossSchema>();
-    return {op.call(boxes1, boxes2, reduction, eps)};
+    at::Tensor loss = op.call(boxes1, boxes2, reduction, eps);
+    opkit::save_params(ctx, make_box_iou_loss_params(V, std::string(reduction), eps));
+    return {loss};
   }
 
   static variable_list backward(AutogradContext* ctx, const variable_list& grad_output) {
     const auto saved = ctx->get_saved_variables();
-    const std::string reduction = ctx->saved_data["reduction"].toStringRef();
-    auto [g1, g2] = loss_backward_op().call(grad_output[0], saved[0], saved[1], box_iou_variant_name(V), reduction,
-                                            ctx->saved_data["eps"].toDouble());
+    const auto p = opkit::saved_params<BoxIouLossParams>(ctx);
+    auto [g1, g2] = loss_backward_op().call(grad_output[0], saved[0], saved[1], box_iou_variant_name(V),
+                                            loss_reduction_name(p.reduction), p.eps);
     return {g1, g2, at::Tensor(), at::Tensor()};
   }
 };
 
 template <BoxIouVariant V>
 at::Tensor loss_autograd(const at::Tensor& boxes1, const at::Tensor& boxes2, c10::string_view reduction, double eps) {
-  return BoxIouLossFunction<V>::apply(boxes1, boxes2, reduction, eps)[0];
+  return LossFunction<V>::apply(boxes1, boxes2, reduction, eps)[0];
 }
 
 // The backward op is itself differentiable only once: its own backward (double backward) is refused.
-class BoxIouLossBackwardFunction : public torch::autograd::Function<BoxIouLossBackwardFunction> {
- public:
-  static variable_list forward(AutogradContext*, const at::Tensor& grad, const at::Tensor& boxes1,
-                               const at::Tensor& boxes2, c10::string_view variant, c10::string_view reduction,
-                               double eps) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    auto [g1, g2] = loss_backward_op().call(grad, boxes1, boxes2, variant, reduction, eps);
-    return {g1, g2};
-  }
-  static variable_list backward(AutogradContext*, const variable_list&) {
-    TORCH_CHECK(false, "box IoU losses: double backward is not supported");
-  }
-};
-
 std::tuple<at::Tensor, at::Tensor> loss_backward_autograd(const at::Tensor& grad, const at::Tensor& boxes1,
                                                           const at::Tensor& boxes2, c10::string_view variant,
                                                           c10::string_view reduction, double eps) {
-  const variable_list out = BoxIouLossBackwardFunction::apply(grad, boxes1, boxes2, variant, reduction, eps);
-  return {out[0], out[1]};
+  return opkit::DifferentiableOnce<LossBackwardSchema>::run(loss_backward_op(), "box IoU losses", grad, boxes1, boxes2,
+                                                            variant, reduction, eps);
+}
+
+template <BoxIouVariant V>
+void define_loss(torch::Library& m, const char* schema) {
+  opkit::define_raw<LossSchema>(m, schema, &loss_kernel<V>, &loss_meta<V>, &loss_autograd<V>);
 }
 
 }  // namespace
 }  // namespace detops
 
 TORCH_LIBRARY_FRAGMENT(detops, m) {
-  m.def("box_iou(Tensor boxes1, Tensor boxes2) -> Tensor");
-  m.def("generalized_box_iou(Tensor boxes1, Tensor boxes2) -> Tensor");
-  m.def("distance_box_iou(Tensor boxes1, Tensor boxes2, float eps=1e-07) -> Tensor");
-  m.def("complete_box_iou(Tensor boxes1, Tensor boxes2, float eps=1e-07) -> Tensor");
-  m.def("iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
-  m.def("generalized_box_iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
-  m.def("distance_box_iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
-  m.def("complete_box_iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
-  m.def("_box_iou_loss_backward(Tensor grad, Tensor boxes1, Tensor boxes2, str variant, str reduction, float eps) "
-        "-> (Tensor, Tensor)");
-}
-
-namespace {
-
-void register_compute_kernels(torch::Library& m) {
-  using detops::BoxIouVariant;
-  m.impl("box_iou", &detops::box_iou_kernel);
-  m.impl("generalized_box_iou", &detops::generalized_box_iou_kernel);
-  m.impl("distance_box_iou", &detops::distance_box_iou_kernel);
-  m.impl("complete_box_iou", &detops::complete_box_iou_kernel);
-  m.impl("iou_loss", &detops::loss_kernel<BoxIouVariant::kIoU>);
-  m.impl("generalized_box_iou_loss", &detops::loss_kernel<BoxIouVariant::kGIoU>);
-  m.impl("distance_box_iou_loss", &detops::loss_kernel<BoxIouVariant::kDIoU>);
-  m.impl("complete_box_iou_loss", &detops::loss_kernel<BoxIouVariant::kCIoU>);
-  m.impl("_box_iou_loss_backward", &detops::loss_backward_kernel);
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(detops, CPU, m) { register_compute_kernels(m); }
-
-TORCH_LIBRARY_IMPL(detops, CUDA, m) { register_compute_kernels(m); }
-
-TORCH_LIBRARY_IMPL(detops, Meta, m) {
-  using detops::BoxIouVariant;
-  m.impl("box_iou", &detops::box_iou_meta);
-  m.impl("generalized_box_iou", &detops::generalized_box_iou_meta);
-  m.impl("distance_box_iou", &detops::distance_box_iou_meta);
-  m.impl("complete_box_iou", &detops::complete_box_iou_meta);
-  m.impl("iou_loss", &detops::loss_meta<BoxIouVariant::kIoU>);
-  m.impl("generalized_box_iou_loss", &detops::loss_meta<BoxIouVariant::kGIoU>);
-  m.impl("distance_box_iou_loss", &detops::loss_meta<BoxIouVariant::kDIoU>);
-  m.impl("complete_box_iou_loss", &detops::loss_meta<BoxIouVariant::kCIoU>);
-  m.impl("_box_iou_loss_backward", &detops::loss_backward_meta);
-}
-
-TORCH_LIBRARY_IMPL(detops, Autograd, m) {
-  using detops::BoxIouVariant;
-  m.impl("box_iou", &detops::box_iou_autograd);
-  m.impl("generalized_box_iou", &detops::generalized_box_iou_autograd);
-  m.impl("distance_box_iou", &detops::distance_box_iou_autograd);
-  m.impl("complete_box_iou", &detops::complete_box_iou_autograd);
-  m.impl("iou_loss", &detops::loss_autograd<BoxIouVariant::kIoU>);
-  m.impl("generalized_box_iou_loss", &detops::loss_autograd<BoxIouVariant::kGIoU>);
-  m.impl("distance_box_iou_loss", &detops::loss_autograd<BoxIouVariant::kDIoU>);
-  m.impl("complete_box_iou_loss", &detops::loss_autograd<BoxIouVariant::kCIoU>);
-  m.impl("_box_iou_loss_backward", &detops::loss_backward_autograd);
+  using namespace detops;
+  using V = BoxIouVariant;
+  using Pair = at::Tensor(const at::Tensor&, const at::Tensor&);
+  using PairEps = at::Tensor(const at::Tensor&, const at::Tensor&, double);
+  opkit::define_raw<Pair>(m, "box_iou(Tensor boxes1, Tensor boxes2) -> Tensor", &box_iou_kernel, &box_iou_meta,
+                          &pairwise_autograd<V::kIoU>);
+  opkit::define_raw<Pair>(m, "generalized_box_iou(Tensor boxes1, Tensor boxes2) -> Tensor", &generalized_box_iou_kernel,
+                          &generalized_box_iou_meta, &pairwise_autograd<V::kGIoU>);
+  opkit::define_raw<PairEps>(m, "distance_box_iou(Tensor boxes1, Tensor boxes2, float eps=1e-07) -> Tensor",
+                             &distance_box_iou_kernel, &distance_box_iou_meta, &pairwise_autograd<V::kDIoU, double>);
+  opkit::define_raw<PairEps>(m, "complete_box_iou(Tensor boxes1, Tensor boxes2, float eps=1e-07) -> Tensor",
+                             &complete_box_iou_kernel, &complete_box_iou_meta, &pairwise_autograd<V::kCIoU, double>);
+  define_loss<V::kIoU>(m, "iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
+  define_loss<V::kGIoU>(
+      m, "generalized_box_iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
+  define_loss<V::kDIoU>(
+      m, "distance_box_iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
+  define_loss<V::kCIoU>(
+      m, "complete_box_iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
+  opkit::define_raw<LossBackwardSchema>(m,
+                                        "_box_iou_loss_backward(Tensor grad, Tensor boxes1, Tensor boxes2, str variant, "
+                                        "str reduction, float eps) -> (Tensor, Tensor)",
+                                        &loss_backward_kernel, &loss_backward_meta, &loss_backward_autograd);
 }

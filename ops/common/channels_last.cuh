@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "common/cuda_check.h"
+#include "detops/core/cuda_check.h"
 #include "common/launch.h"
 #include "common/numeric.h"
 

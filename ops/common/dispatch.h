@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "common/dtype.h"
+#include "detops/core/dtype.h"
 
 namespace detops {
 

@@ -42,15 +42,6 @@ bool has_compatible_sass(const std::string& list, int major, int minor) {
 
 }  // namespace
 
-const char* kernel_image_source_name(KernelImageSource source) {
-  switch (source) {
-    case KernelImageSource::kSass: return "sass";
-    case KernelImageSource::kPtxJit: return "ptx-jit";
-    case KernelImageSource::kUnavailable: return "unavailable";
-  }
-  return "unknown";
-}
-
 void register_kernel(const char* op, const char* name, const void* symbol) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   registry().push_back(KernelEntry{op, name, symbol});
@@ -88,5 +79,7 @@ std::vector<KernelImage> inspect_kernel_images(int device) {
   }
   return images;
 }
+
+KernelFacts kernel_facts() { return KernelFacts{DETOPS_SASS_ARCHS, DETOPS_CUDA_ARCHS, &inspect_kernel_images}; }
 
 }  // namespace detops

@@ -5,26 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "detops/core/kernel_facts.h"
+
 namespace detops {
 
 struct KernelEntry {
   std::string op;
   std::string name;
   const void* symbol = nullptr;
-};
-
-enum class KernelImageSource { kSass, kPtxJit, kUnavailable };
-const char* kernel_image_source_name(KernelImageSource source);
-
-struct KernelImage {
-  std::string op;
-  std::string name;
-  KernelImageSource source = KernelImageSource::kUnavailable;
-  int binary_version = 0;  // cudaFuncAttributes::binaryVersion (major*10+minor)
-  int ptx_version = 0;     // cudaFuncAttributes::ptxVersion
-  int num_regs = 0;
-  long long local_bytes = 0;
-  std::string error;       // CUDA's error when the kernel cannot be loaded on this device
 };
 
 void register_kernel(const char* op, const char* name, const void* symbol);
@@ -37,6 +25,9 @@ const char* built_cuda_architectures();
 // Queries cudaFuncGetAttributes for every registered kernel on `device`. A kernel runs from SASS when
 // the build carries SASS of the device's major version with a minor version <= the device's.
 std::vector<KernelImage> inspect_kernel_images(int device);
+
+// The above, for the harness (attach_kernel_facts).
+KernelFacts kernel_facts();
 
 struct KernelRegistrar {
   KernelRegistrar(const char* op, const char* name, const void* symbol) { register_kernel(op, name, symbol); }

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "common/cuda_check.h"
+#include "detops/core/cuda_check.h"
 
 namespace detops {
 

@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string>
 
-#include "common/cuda_check.h"
-#include "common/dtype.h"
+#include "detops/core/cuda_check.h"
+#include "detops/core/dtype.h"
 
 namespace detops {
 

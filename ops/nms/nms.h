@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/dtype.h"
+#include "detops/core/dtype.h"
 #include "nms/nms_params.h"
 
 namespace detops {

@@ -24,10 +24,9 @@
 #include <string>
 #include <type_traits>
 
-#include "common/cuda_check.h"
+#include "detops/core/cuda_check.h"
 #include "common/dispatch.h"
-#include "common/kernel_registry.h"
-#include "common/launch.h"
+#include "common/kernel_launch.cuh"
 #include "nms/nms.h"
 #include "nms/nms_kernel.cuh"
 
@@ -190,24 +189,15 @@ __global__ void __launch_bounds__(kScanThreads) nms_scan_kernel(ChunkArgs a, con
   if (tid == 0) *num_kept = count_shared;
 }
 
-template <typename T>
-void register_nms_kernels(const char* type_name) {
-  using Acc = acc_t<T>;
-  static const std::string gather = std::string("nms_gather_kernel<") + type_name + ">";
-  register_kernel("nms", gather.c_str(), reinterpret_cast<const void*>(&nms_gather_kernel<T>));
+const bool kRegistered = for_each_floating_type([](auto tag, const char* type) {
+  using T = typename decltype(tag)::type;
+  register_instantiation("nms", "nms_gather_kernel", type, &nms_gather_kernel<T>);
   if (std::is_same<T, double>::value || std::is_same<T, float>::value) {
-    static const std::string mask = std::string("nms_mask_kernel<") + type_name + ">";
-    register_kernel("nms", mask.c_str(), reinterpret_cast<const void*>(&nms_mask_kernel<Acc>));
+    register_instantiation("nms", "nms_mask_kernel", type, &nms_mask_kernel<acc_t<T>>);
   }
-}
-
-const bool kRegistered = [] {
-  register_nms_kernels<double>("double");
-  register_nms_kernels<float>("float");
-  register_nms_kernels<__half>("half");
-  register_nms_kernels<__nv_bfloat16>("bfloat16");
-  register_kernel("nms", "nms_keys_kernel<float>", reinterpret_cast<const void*>(&nms_keys_kernel<float, float>));
-  register_kernel("nms", "nms_keys_kernel<double>", reinterpret_cast<const void*>(&nms_keys_kernel<double, double>));
+}) && [] {
+  register_instantiation("nms", "nms_keys_kernel", "float", &nms_keys_kernel<float, float>);
+  register_instantiation("nms", "nms_keys_kernel", "double", &nms_keys_kernel<double, double>);
   register_kernel("nms", "nms_scan_kernel", reinterpret_cast<const void*>(&nms_scan_kernel));
   return true;
 }();

@@ -1,15 +1,16 @@
 // torch.ops.detops.nms and torch.ops.detops.batched_nms: schemas and CPU/CUDA implementations. Same
 // argument names, order and results as torchvision.ops.nms / batched_nms, so they can replace them
 // unchanged. batched_nms is one pass in which IoU across classes is 0 (no coordinate-offset trick).
+// Declared with the op kit (docs/op-kit.md): CPU and CUDA only (no Meta, no autograd).
 #include "nms/nms_torch.h"
 
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <torch/library.h>
 
 #include <cmath>
 
+#include "common/torch_op_kit.h"
 #include "common/torch_utils.h"
 #include "nms/nms.h"
 
@@ -95,33 +96,26 @@ at::Tensor batched_nms_forward(const at::Tensor& boxes, const at::Tensor& scores
 
 namespace {
 
-at::Tensor nms_kernel(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold) {
-  NmsParams params;
-  params.iou_threshold = iou_threshold;
-  return nms_forward(boxes, scores, params);
-}
+using opkit::Field;
+using opkit::Tensor;
 
-at::Tensor batched_nms_kernel(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,
-                              double iou_threshold) {
-  NmsParams params;
-  params.iou_threshold = iou_threshold;
-  return batched_nms_forward(boxes, scores, idxs, params);
-}
+// Forward only, no Meta kernel: the output's length depends on the data.
+struct NmsDef : opkit::OpDef<NmsParams> {
+  static constexpr const char* kSchema = "nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor";
+  using Args = opkit::Args<Tensor, Tensor, Field<&NmsParams::iou_threshold>>;
+  static constexpr auto kCompute = &nms_forward;
+  static constexpr bool kHasMeta = false;
+};
+
+struct BatchedNmsDef : opkit::OpDef<NmsParams> {
+  static constexpr const char* kSchema =
+      "batched_nms(Tensor boxes, Tensor scores, Tensor idxs, float iou_threshold) -> Tensor";
+  using Args = opkit::Args<Tensor, Tensor, Tensor, Field<&NmsParams::iou_threshold>>;
+  static constexpr auto kCompute = &batched_nms_forward;
+  static constexpr bool kHasMeta = false;
+};
 
 }  // namespace
 }  // namespace detops
 
-TORCH_LIBRARY_FRAGMENT(detops, m) {
-  m.def("nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor");
-  m.def("batched_nms(Tensor boxes, Tensor scores, Tensor idxs, float iou_threshold) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(detops, CPU, m) {
-  m.impl("nms", &detops::nms_kernel);
-  m.impl("batched_nms", &detops::batched_nms_kernel);
-}
-
-TORCH_LIBRARY_IMPL(detops, CUDA, m) {
-  m.impl("nms", &detops::nms_kernel);
-  m.impl("batched_nms", &detops::batched_nms_kernel);
-}
+TORCH_LIBRARY_FRAGMENT(detops, m) { detops::opkit::define<detops::NmsDef, detops::BatchedNmsDef>(m); }

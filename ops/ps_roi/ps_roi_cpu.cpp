@@ -1,128 +1,100 @@
-// ps_roi_align / ps_roi_pool on the CPU: the same per-element math as the CUDA kernels, in host loops.
-#include "common/dispatch.h"
+// ps_roi_align / ps_roi_pool on the CPU: the same per-element math as the CUDA kernels, in the RoI CPU
+// skeleton. A roi has `channels` (= C_in) elements: flat element i = k * channels + c_in.
+#include "common/roi_cpu.h"
 #include "ps_roi/ps_roi_kernel.cuh"
 
 namespace detops {
 namespace {
 
-// Runs element(i) -> Acc for every flat element of the rois in [begin, end) and stores it; an invalid
-// roi gives zeros. The channel mapping is written for every element.
-template <typename T, typename Acc, typename ValidFn, typename ElementFn>
-void forward_rois(const PsRoiForwardArgs& args, std::int64_t begin, std::int64_t end, ValidFn&& roi_valid,
-                  ElementFn&& element) {
-  const PsRoiShape& s = args.shape;
-  T* output = static_cast<T*>(args.output);
-  for (std::int64_t k = begin; k < end; ++k) {
-    const bool valid = roi_valid(k);
-    for (std::int64_t c = 0; c < s.channels; ++c) {
-      const std::int64_t i = k * s.channels + c;
-      args.channel_mapping[i] = static_cast<std::int32_t>(c);
-      output[i] = from_acc<T>(valid ? element(i) : Acc(0));
+// The forward of both ops: Math::geometry gives the roi's geometry (batch < 0: invalid, zeros), then
+// Math::value each element's value. The channel mapping is written for every element.
+template <typename Math, typename Params>
+void ps_roi_forward_cpu(const char* what, const Params& params, const PsRoiForwardArgs& args, DType dtype,
+                        const ParallelFor& parallel_for) {
+  roi_forward_cpu(what, args, args.shape.channels, dtype, parallel_for, [&](const auto& f, std::int64_t k) {
+    using T = roi_value_t<decltype(f)>;
+    const std::int64_t channels = f.s.channels;
+    for (std::int64_t c = 0; c < channels; ++c) args.channel_mapping[k * channels + c] = static_cast<std::int32_t>(c);
+    const auto g = Math::geometry(params, f.roi(k), f.s.batch);
+    if (g.batch < 0) return f.zero(k);
+    T* out = f.out(k);
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const PsRoiElement e = ps_roi_element(k * channels + c, channels, params.pooled_height, params.pooled_width);
+      out[c] = from_acc<T>(Math::value(params, g, e, f.plane(g.batch, e.input_channel), f.s));
     }
-  }
+  });
 }
+
+// The backward of both ops, serial: Math::scatter adds each element's gradient.
+template <typename Math, typename Params>
+void ps_roi_backward_cpu(const char* what, const Params& params, const PsRoiBackwardArgs& args, DType dtype) {
+  roi_backward_cpu(what, args, args.shape.channels, dtype, [&](const auto& b, std::int64_t k) {
+    const std::int64_t channels = b.s.channels;
+    const auto g = Math::geometry(params, b.roi(k), b.s.batch);
+    if (g.batch < 0) return;
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const PsRoiElement e = ps_roi_element(k * channels + c, channels, params.pooled_height, params.pooled_width);
+      Math::scatter(params, g, e, b.grad(k, e.out_channel, e.bin_y, e.bin_x), b.plane(g.batch, c), b.s);
+    }
+  });
+}
+
+// The per-element math of each op, for the shared loops above.
+struct AlignMath {
+  template <typename T>
+  static PsRoiAlignGeometry<acc_t<T>> geometry(const PsRoiAlignParams& p, const T* roi, std::int64_t batch) {
+    return ps_roi_align_geometry<T, acc_t<T>>(p, roi, batch);
+  }
+  template <typename T>
+  static acc_t<T> value(const PsRoiAlignParams&, const PsRoiAlignGeometry<acc_t<T>>& g, const PsRoiElement& e,
+                        const T* plane, const RoiShape& s) {
+    return ps_roi_align_bin_average<T, acc_t<T>>(g, plane, s.height, s.width, e.bin_y, e.bin_x);
+  }
+  template <typename Acc>
+  static void scatter(const PsRoiAlignParams&, const PsRoiAlignGeometry<Acc>& g, const PsRoiElement& e, Acc grad,
+                      Acc* plane, const RoiShape& s) {
+    ps_roi_align_bin_scatter(g, grad, s.height, s.width, e.bin_y, e.bin_x,
+                             [plane](std::int64_t offset, Acc v) { plane[offset] += v; });
+  }
+};
+
+struct PoolMath {
+  template <typename T>
+  static PsRoiPoolGeometry geometry(const PsRoiPoolParams& p, const T* roi, std::int64_t batch) {
+    return ps_roi_pool_geometry<T, acc_t<T>>(p, roi, batch);
+  }
+  template <typename T>
+  static acc_t<T> value(const PsRoiPoolParams& p, const PsRoiPoolGeometry& g, const PsRoiElement& e, const T* plane,
+                        const RoiShape& s) {
+    return ps_roi_pool_bin_average<T, acc_t<T>>(ps_roi_pool_bin(p, g, s.height, s.width, e.bin_y, e.bin_x), plane,
+                                                s.width);
+  }
+  template <typename Acc>
+  static void scatter(const PsRoiPoolParams& p, const PsRoiPoolGeometry& g, const PsRoiElement& e, Acc grad,
+                      Acc* plane, const RoiShape& s) {
+    ps_roi_pool_bin_scatter(ps_roi_pool_bin(p, g, s.height, s.width, e.bin_y, e.bin_x), grad, s.width,
+                            [plane](std::int64_t offset, Acc v) { plane[offset] += v; });
+  }
+};
 
 }  // namespace
 
 void run_ps_roi_align_forward_cpu(const PsRoiAlignParams& params, const PsRoiForwardArgs& args, DType dtype,
-                                  const PsRoiParallelFor& parallel_for) {
-  const PsRoiShape s = args.shape;
-  if (s.num_rois * s.channels == 0) return;
-  dispatch_floating(dtype, "ps_roi_align_forward_cpu", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using Acc = acc_t<T>;
-    const T* input = static_cast<const T*>(args.input);
-    const T* rois = static_cast<const T*>(args.rois);
-    parallel_for(0, s.num_rois, [&](std::int64_t begin, std::int64_t end) {
-      PsRoiAlignGeometry<Acc> g;
-      forward_rois<T, Acc>(
-          args, begin, end,
-          [&](std::int64_t k) {
-            g = ps_roi_align_geometry<T, Acc>(params, rois + k * 5, s.batch);
-            return g.batch >= 0;
-          },
-          [&](std::int64_t i) {
-            const PsRoiElement e = ps_roi_element(i, s.channels, params.pooled_height, params.pooled_width);
-            const T* plane = input + (g.batch * s.channels + e.input_channel) * s.height * s.width;
-            return ps_roi_align_bin_average<T, Acc>(g, plane, s.height, s.width, e.bin_y, e.bin_x);
-          });
-    });
-  });
+                                  const ParallelFor& parallel_for) {
+  ps_roi_forward_cpu<AlignMath>("ps_roi_align_forward_cpu", params, args, dtype, parallel_for);
 }
 
 void run_ps_roi_pool_forward_cpu(const PsRoiPoolParams& params, const PsRoiForwardArgs& args, DType dtype,
-                                 const PsRoiParallelFor& parallel_for) {
-  const PsRoiShape s = args.shape;
-  if (s.num_rois * s.channels == 0) return;
-  dispatch_floating(dtype, "ps_roi_pool_forward_cpu", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using Acc = acc_t<T>;
-    const T* input = static_cast<const T*>(args.input);
-    const T* rois = static_cast<const T*>(args.rois);
-    parallel_for(0, s.num_rois, [&](std::int64_t begin, std::int64_t end) {
-      PsRoiPoolGeometry g;
-      forward_rois<T, Acc>(
-          args, begin, end,
-          [&](std::int64_t k) {
-            g = ps_roi_pool_geometry<T, Acc>(params, rois + k * 5, s.batch);
-            return g.batch >= 0;
-          },
-          [&](std::int64_t i) {
-            const PsRoiElement e = ps_roi_element(i, s.channels, params.pooled_height, params.pooled_width);
-            const T* plane = input + (g.batch * s.channels + e.input_channel) * s.height * s.width;
-            const PsRoiPoolBin bin = ps_roi_pool_bin(params, g, s.height, s.width, e.bin_y, e.bin_x);
-            return ps_roi_pool_bin_average<T, Acc>(bin, plane, s.width);
-          });
-    });
-  });
+                                 const ParallelFor& parallel_for) {
+  ps_roi_forward_cpu<PoolMath>("ps_roi_pool_forward_cpu", params, args, dtype, parallel_for);
 }
 
 void run_ps_roi_align_backward_cpu(const PsRoiAlignParams& params, const PsRoiBackwardArgs& args, DType dtype) {
-  const PsRoiShape s = args.shape;
-  if (s.num_rois * s.channels == 0) return;
-  const auto& st = args.grad_output_strides;
-  dispatch_floating(dtype, "ps_roi_align_backward_cpu", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using Acc = acc_t<T>;
-    const T* grad_output = static_cast<const T*>(args.grad_output);
-    const T* rois = static_cast<const T*>(args.rois);
-    Acc* grad_input = static_cast<Acc*>(args.grad_input_acc);
-    for (std::int64_t k = 0; k < s.num_rois; ++k) {
-      const PsRoiAlignGeometry<Acc> g = ps_roi_align_geometry<T, Acc>(params, rois + k * 5, s.batch);
-      if (g.batch < 0) continue;
-      for (std::int64_t c = 0; c < s.channels; ++c) {
-        const PsRoiElement e = ps_roi_element(k * s.channels + c, s.channels, params.pooled_height, params.pooled_width);
-        const Acc grad = to_acc<Acc>(grad_output[k * st[0] + e.out_channel * st[1] + e.bin_y * st[2] + e.bin_x * st[3]]);
-        Acc* plane = grad_input + (g.batch * s.channels + c) * s.height * s.width;
-        ps_roi_align_bin_scatter(g, grad, s.height, s.width, e.bin_y, e.bin_x,
-                                 [plane](std::int64_t offset, Acc v) { plane[offset] += v; });
-      }
-    }
-  });
+  ps_roi_backward_cpu<AlignMath>("ps_roi_align_backward_cpu", params, args, dtype);
 }
 
 void run_ps_roi_pool_backward_cpu(const PsRoiPoolParams& params, const PsRoiBackwardArgs& args, DType dtype) {
-  const PsRoiShape s = args.shape;
-  if (s.num_rois * s.channels == 0) return;
-  const auto& st = args.grad_output_strides;
-  dispatch_floating(dtype, "ps_roi_pool_backward_cpu", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using Acc = acc_t<T>;
-    const T* grad_output = static_cast<const T*>(args.grad_output);
-    const T* rois = static_cast<const T*>(args.rois);
-    Acc* grad_input = static_cast<Acc*>(args.grad_input_acc);
-    for (std::int64_t k = 0; k < s.num_rois; ++k) {
-      const PsRoiPoolGeometry g = ps_roi_pool_geometry<T, Acc>(params, rois + k * 5, s.batch);
-      if (g.batch < 0) continue;
-      for (std::int64_t c = 0; c < s.channels; ++c) {
-        const PsRoiElement e = ps_roi_element(k * s.channels + c, s.channels, params.pooled_height, params.pooled_width);
-        const Acc grad = to_acc<Acc>(grad_output[k * st[0] + e.out_channel * st[1] + e.bin_y * st[2] + e.bin_x * st[3]]);
-        Acc* plane = grad_input + (g.batch * s.channels + c) * s.height * s.width;
-        const PsRoiPoolBin bin = ps_roi_pool_bin(params, g, s.height, s.width, e.bin_y, e.bin_x);
-        ps_roi_pool_bin_scatter(bin, grad, s.width, [plane](std::int64_t offset, Acc v) { plane[offset] += v; });
-      }
-    }
-  });
+  ps_roi_backward_cpu<PoolMath>("ps_roi_pool_backward_cpu", params, args, dtype);
 }
 
 }  // namespace detops

@@ -1,10 +1,10 @@
 // RoIPool CUDA kernels: one thread per output (forward) or grad_output (backward) element, pw fastest
 // so a warp writes consecutive outputs; 64-bit flattened indices, grid-stride loops, read-only loads of
 // input and rois, fp32 accumulation of half-type gradients.
-#include "common/cuda_check.h"
+#include "detops/core/cuda_check.h"
 #include "common/dispatch.h"
-#include "common/kernel_registry.h"
-#include "common/launch.h"
+#include "common/kernel_launch.cuh"
+#include "common/roi_cuda.cuh"
 #include "roi_pool/roi_pool_kernel.cuh"
 
 namespace detops {
@@ -28,10 +28,6 @@ __device__ __forceinline__ Element element(Index i, Index channels, Index ph_n, 
   return {kc / channels, kc % channels, ph, pw};
 }
 
-bool fits_32bit(std::int64_t total, unsigned blocks) {
-  return total + static_cast<std::int64_t>(blocks) * kThreads < (std::int64_t{1} << 31);
-}
-
 template <typename T, typename Index>
 __global__ void roi_pool_forward_kernel(RoiPoolParams p, RoiPoolShape s, const T* __restrict__ input,
                                         const T* __restrict__ rois, T* __restrict__ output,
@@ -40,29 +36,25 @@ __global__ void roi_pool_forward_kernel(RoiPoolParams p, RoiPoolShape s, const T
   using Acc = acc_t<T>;
   const std::int64_t pw_n = p.pooled_width, ph_n = p.pooled_height;
   const std::int64_t total = s.num_rois * s.channels * ph_n * pw_n;
-  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
-  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
-       i < static_cast<Index>(total); i += stride) {
+  grid_stride_for<Index>(static_cast<Index>(total), [&](Index i) {
     const auto [k, c, ph, pw] = element(i, static_cast<Index>(s.channels), static_cast<Index>(ph_n),
                                         static_cast<Index>(pw_n));
     const RoiPoolGeometry<Acc> g = roi_pool_geometry<T, Acc>(p, rois + k * 5, s.batch);
     if (g.batch < 0) {
       output[i] = from_acc<T>(Acc(0));
       argmax[i] = -1;
-      if (first_invalid_roi != nullptr) atomicMin(first_invalid_roi, static_cast<unsigned long long>(k));
-      continue;
+      return report_first_invalid(first_invalid_roi, k);
     }
     const T* plane = input + (g.batch * s.channels + c) * s.height * s.width;
     const RoiPoolMax<Acc> m = roi_pool_bin_max<T, Acc>(roi_pool_bin(g, ph, pw, s.height, s.width), plane, s.width);
     output[i] = from_acc<T>(m.value);
     argmax[i] = static_cast<std::int32_t>(m.index);
-  }
+  });
 }
 
 template <typename T, typename Index>
 __global__ void roi_pool_backward_kernel(RoiPoolParams p, RoiPoolShape s, const T* __restrict__ grad_output,
-                                         std::int64_t go_s0, std::int64_t go_s1, std::int64_t go_s2,
-                                         std::int64_t go_s3, const T* __restrict__ rois,
+                                         RoiGradStrides go, const T* __restrict__ rois,
                                          const std::int32_t* __restrict__ argmax, acc_t<T>* __restrict__ grad_input,
                                          unsigned long long* __restrict__ first_invalid_roi,
                                          unsigned long long* __restrict__ first_invalid_argmax) {
@@ -70,88 +62,45 @@ __global__ void roi_pool_backward_kernel(RoiPoolParams p, RoiPoolShape s, const 
   const std::int64_t pw_n = p.pooled_width, ph_n = p.pooled_height;
   const std::int64_t total = s.num_rois * s.channels * ph_n * pw_n;
   const std::int64_t plane_elements = s.height * s.width;
-  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
-  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
-       i < static_cast<Index>(total); i += stride) {
+  grid_stride_for<Index>(static_cast<Index>(total), [&](Index i) {
     const auto [k, c, ph, pw] = element(i, static_cast<Index>(s.channels), static_cast<Index>(ph_n),
                                         static_cast<Index>(pw_n));
     const Acc b = to_acc<Acc>(load_readonly(rois + k * 5));
-    if (!(b >= Acc(0) && b < static_cast<Acc>(s.batch))) {
-      if (first_invalid_roi != nullptr) atomicMin(first_invalid_roi, static_cast<unsigned long long>(k));
-      continue;
-    }
+    if (!(b >= Acc(0) && b < static_cast<Acc>(s.batch))) return report_first_invalid(first_invalid_roi, k);
     const std::int32_t a = load_readonly(argmax + i);
     const RoiPoolArgmaxKind kind = roi_pool_argmax_kind(a, plane_elements);
-    if (kind == RoiPoolArgmaxKind::kInvalid) {
-      if (first_invalid_argmax != nullptr) atomicMin(first_invalid_argmax, static_cast<unsigned long long>(i));
-      continue;
-    }
-    if (kind == RoiPoolArgmaxKind::kNone) continue;
-    const Acc grad = to_acc<Acc>(load_readonly(grad_output + (k * go_s0 + c * go_s1 + ph * go_s2 + pw * go_s3)));
+    if (kind == RoiPoolArgmaxKind::kInvalid) return report_first_invalid(first_invalid_argmax, i);
+    if (kind == RoiPoolArgmaxKind::kNone) return;
+    const Acc grad = to_acc<Acc>(load_readonly(grad_output + go.offset(k, c, ph, pw)));
     const std::int64_t batch = static_cast<std::int64_t>(b);
     atomicAdd(grad_input + (batch * s.channels + c) * plane_elements + a, grad);
-  }
+  });
 }
 
-template <typename T, typename Index>
-void register_roi_pool_kernels(const std::string& type_name, const char* index_name) {
-  const std::string suffix = "<" + type_name + ", " + index_name + ">";
-  register_kernel("roi_pool", ("roi_pool_forward_kernel" + suffix).c_str(),
-                  reinterpret_cast<const void*>(&roi_pool_forward_kernel<T, Index>));
-  register_kernel("roi_pool", ("roi_pool_backward_kernel" + suffix).c_str(),
-                  reinterpret_cast<const void*>(&roi_pool_backward_kernel<T, Index>));
-}
-
-template <typename T>
-void register_roi_pool_kernels(const char* type_name) {
-  register_roi_pool_kernels<T, std::int32_t>(type_name, "int32");
-  register_roi_pool_kernels<T, std::int64_t>(type_name, "int64");
-}
-
-const bool kRegistered = [] {
-  register_roi_pool_kernels<double>("double");
-  register_roi_pool_kernels<float>("float");
-  register_roi_pool_kernels<__half>("half");
-  register_roi_pool_kernels<__nv_bfloat16>("bfloat16");
-  return true;
-}();
+const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, const std::string& targs) {
+  using T = typename decltype(t)::type;
+  using Index = typename decltype(i)::type;
+  register_instantiation("roi_pool", "roi_pool_forward_kernel", targs, &roi_pool_forward_kernel<T, Index>);
+  register_instantiation("roi_pool", "roi_pool_backward_kernel", targs, &roi_pool_backward_kernel<T, Index>);
+});
 
 }  // namespace
 
 void launch_roi_pool_forward(const RoiPoolParams& params, const RoiPoolForwardArgs& args, DType dtype,
                              cudaStream_t stream) {
-  const RoiPoolShape& s = args.shape;
-  const std::int64_t total = s.num_rois * s.channels * params.pooled_height * params.pooled_width;
-  if (total == 0) return;
-  dispatch_floating(dtype, "roi_pool_forward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const unsigned blocks = grid_for(total, kThreads);
-    auto kernel = fits_32bit(total, blocks) ? roi_pool_forward_kernel<T, std::int32_t>
-                                            : roi_pool_forward_kernel<T, std::int64_t>;
-    kernel<<<blocks, kThreads, 0, stream>>>(
-        params, s, static_cast<const T*>(args.input), static_cast<const T*>(args.rois), static_cast<T*>(args.output),
-        args.argmax, args.first_invalid_roi);
-  });
-  DETOPS_CHECK_LAUNCH();
+  launch_roi_indexed(
+      "roi_pool_forward", dtype, roi_elements(args.shape, params), kThreads, true, stream,
+      [](auto t, auto i) { return &roi_pool_forward_kernel<type_of<decltype(t)>, type_of<decltype(i)>>; }, params,
+      args.shape, args.input, args.rois, args.output, args.argmax, args.first_invalid_roi);
 }
 
 void launch_roi_pool_backward(const RoiPoolParams& params, const RoiPoolBackwardArgs& args, DType dtype,
                               cudaStream_t stream) {
-  const RoiPoolShape& s = args.shape;
-  const std::int64_t total = s.num_rois * s.channels * params.pooled_height * params.pooled_width;
-  if (total == 0) return;
-  const auto& st = args.grad_output_strides;
-  dispatch_floating(dtype, "roi_pool_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const unsigned blocks = grid_for(total, kThreads);
-    auto kernel = fits_32bit(total, blocks) ? roi_pool_backward_kernel<T, std::int32_t>
-                                            : roi_pool_backward_kernel<T, std::int64_t>;
-    kernel<<<blocks, kThreads, 0, stream>>>(
-        params, s, static_cast<const T*>(args.grad_output), st[0], st[1], st[2], st[3],
-        static_cast<const T*>(args.rois), args.argmax, static_cast<acc_t<T>*>(args.grad_input_acc),
-        args.first_invalid_roi, args.first_invalid_argmax);
-  });
-  DETOPS_CHECK_LAUNCH();
+  launch_roi_indexed(
+      "roi_pool_backward", dtype, roi_elements(args.shape, params), kThreads, true, stream,
+      [](auto t, auto i) { return &roi_pool_backward_kernel<type_of<decltype(t)>, type_of<decltype(i)>>; }, params,
+      args.shape, args.grad_output, roi_grad_strides(args), args.rois, args.argmax, args.grad_input_acc,
+      args.first_invalid_roi, args.first_invalid_argmax);
 }
 
 }  // namespace detops

@@ -244,6 +244,35 @@ def loss_cases(v):
     return [Case("pairs_240000_sum", "model", full, cpu, 9501 + 10 * v), Case("random_1", "random", rnd, rnd, 1)]
 
 
+# RetinaNet's classification head starts at the prior 0.01 (bias -log(99)); about one positive per 10,000 elements.
+FOCAL_PRIOR_LOGIT = -math.log(99.0)
+
+
+def make_focal(p, seed):
+    g = torch.Generator().manual_seed(seed)
+    dims = p["dims"]
+    x = torch.randn(dims, generator=g, dtype=F64) * p["scale"] + p["bias"]
+    t = (torch.rand(dims, generator=g, dtype=F64) < p["pos"]).to(F64)
+    return {"x": x, "t": t, "alpha": p["alpha"], "gamma": p["gamma"], "reduction": p["reduction"]}
+
+
+def focal_cases():
+    """The C++ benchmark shapes (suites/specs/sigmoid_focal_loss.cpp): 240,000 anchors x 80 classes and 2 images x
+    201,600 anchors x 80 classes (OPS.md), reduction sum, logits around the prior; the CPU runs 2,000 anchors per
+    image. The random case: soft logits, 30 % positives, reduction mean."""
+    base = {"bias": FOCAL_PRIOR_LOGIT, "scale": 1.0, "pos": 1e-4, "alpha": 0.25, "gamma": 2.0, "reduction": "sum"}
+    out = []
+    for i, (name, dims, cpu_dims) in enumerate([("anchors_240000x80_sum", [240000, 80], [2000, 80]),
+                                                 ("retinanet_2x201600x80_sum", [2, 201600, 80], [2, 1000, 80])]):
+        full = dict(base, dims=dims, shape=f"inputs{dims} targets{dims} reduction sum")
+        cpu = dict(base, dims=cpu_dims, shape=f"inputs{cpu_dims} targets{cpu_dims} reduction sum")
+        out.append(Case(name, "model", full, cpu, 9701 + 2 * i))
+    rnd = {"dims": [37, 11], "bias": 0.0, "scale": 2.0, "pos": 0.3, "alpha": 0.25, "gamma": 2.0, "reduction": "mean",
+           "shape": "inputs[37,11] targets[37,11] reduction mean"}
+    out.append(Case("random_1", "random", rnd, rnd, 1))
+    return out
+
+
 def _pairwise(name, v):
     def ours(i):
         f = getattr(_d(), name)
@@ -316,9 +345,14 @@ for _v, _name in enumerate(["box_iou", "generalized_box_iou", "distance_box_iou"
     PAIRS.append(_pairwise(_name, _v))
 for _v, _name in enumerate(["generalized_box_iou_loss", "distance_box_iou_loss", "complete_box_iou_loss"], start=1):
     PAIRS.append(_loss(_name, _v))
+# Sums of up to 32M terms: ours accumulates the half types in fp32; the tolerance is relative to the sum.
+PAIRS.append(Pair("sigmoid_focal_loss", "torchvision.ops.sigmoid_focal_loss", make_focal,
+                  lambda i: _d().sigmoid_focal_loss(i["x"], i["t"], i["alpha"], i["gamma"], i["reduction"]),
+                  lambda i: _tvops().sigmoid_focal_loss(i["x"], i["t"], i["alpha"], i["gamma"], i["reduction"]),
+                  focal_cases(), ("x", "t"), grad_keys=("x",), tol=dict(TOL_IOU)))
 
 # Ops of the issue that DetOps does not have yet: listed so the suite says so (skipped with the reason).
-PENDING = ["sigmoid_focal_loss", "deform_conv2d"]
+PENDING = ["deform_conv2d"]
 
 
 def detops_has(op):

@@ -47,6 +47,16 @@ def detops_library(request):
     return request.getfixturevalue("_loaded_detops_library")
 
 
+def assert_sum_backward_close(ours, truth, x, xp, atol, rtol):
+    """Gradients of ours.sum() w.r.t. x (the dtype and device under test) against those of truth.sum() w.r.t.
+    xp (fp64). .sum().backward() hands both a stride-0 grad_output of ones; for the RoI ops every gradient
+    element is then a sum of nonnegative weights (no cancellation), so the forward's tolerance applies."""
+    ours.sum().backward()
+    truth.sum().backward()
+    torch.testing.assert_close(x.grad.double().cpu(), xp.grad.cpu(), atol=atol, rtol=rtol,
+                               msg=lambda m: f"backward {x.dtype} {x.device} vs the fp64 truth: {m}")
+
+
 def devices():
     out = ["cpu"]
     if torch.cuda.is_available():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import devices
+from conftest import assert_sum_backward_close, devices
 
 torchvision = pytest.importorskip("torchvision", reason="torchvision is not installed: no peer to compare against")
 from torchvision.ops import roi_align as tv_roi_align  # noqa: E402
@@ -63,12 +63,7 @@ def test_forward_and_backward_match_torchvision(device, case):
             torch.testing.assert_close(ours.detach(), same, atol=atol, rtol=rtol,
                                        msg=lambda m: f"forward {dtype} {device} vs torchvision {dtype}: {m}")
 
-        # .sum().backward() hands both ops a stride-0 grad_output of ones; every gradient element is then a
-        # sum of nonnegative terms (no cancellation), so the forward's tolerance applies relative to it.
-        ours.sum().backward()
-        truth.sum().backward()
-        torch.testing.assert_close(x.grad.double(), xp.grad, atol=atol, rtol=rtol,
-                                   msg=lambda m: f"backward {dtype} {device} vs torchvision fp64: {m}")
+        assert_sum_backward_close(ours, truth, x, xp, atol, rtol)
 
 
 @pytest.mark.parametrize("device", devices())

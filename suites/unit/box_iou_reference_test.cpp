@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "detops/reference/box_iou_reference.h"
+#include "matrix_rows.h"
 
 namespace detops::reference {
 namespace {
@@ -13,16 +14,7 @@ const double kPi = std::acos(-1.0);
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 
-Matrixd boxes(std::initializer_list<std::initializer_list<double>> rows) {
-  Matrixd m(static_cast<Eigen::Index>(rows.size()), 4);
-  Eigen::Index r = 0;
-  for (const auto& row : rows) {
-    Eigen::Index c = 0;
-    for (double v : row) m(r, c++) = v;
-    ++r;
-  }
-  return m;
-}
+Matrixd boxes(std::initializer_list<std::initializer_list<double>> values) { return rows<4>(values); }
 
 double pairwise(BoxIouVariant v, const Matrixd& a, const Matrixd& b, double eps = 1e-7) {
   return box_iou_pairwise(BoxIouParams{v, eps}, a, b)(0, 0);

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "detops/harness/checks.h"
-#include "detops/harness/eigen_bridge.h"
+#include "kit/eigen_bridge.h"
 
 namespace detops::harness {
 namespace {
@@ -55,6 +55,7 @@ TEST(FiniteDifferenceChecks, DifferentiateTheGradientTargetWhenGiven) {
 }
 
 TEST(EigenBridge, VectorAndMatrixRoundTrips) {
+  using kit::from_matrix, kit::from_vector, kit::to_matrix, kit::to_vector;
   const at::Tensor v = at::tensor({1.5, -2.0, 3.25}, at::kFloat);
   const reference::Vectord ev = to_vector(v);
   ASSERT_EQ(ev.size(), 3);

@@ -9,20 +9,12 @@
 #include <vector>
 
 #include "detops/reference/ps_roi_reference.h"
+#include "matrix_rows.h"
 
 namespace detops::reference {
 namespace {
 
-Matrixd rois(std::initializer_list<std::initializer_list<double>> rows) {
-  Matrixd m(static_cast<Eigen::Index>(rows.size()), 5);
-  Eigen::Index r = 0;
-  for (const auto& row : rows) {
-    Eigen::Index c = 0;
-    for (double v : row) m(r, c++) = v;
-    ++r;
-  }
-  return m;
-}
+Matrixd rois(std::initializer_list<std::initializer_list<double>> values) { return rows<5>(values); }
 
 // f(n, c, y, x) = 1e4 n + 100 c + y + 0.01 x: linear, so its mean over pixel rows [r0, r1) and columns
 // [c0, c1) is f at ((r0 + r1 - 1) / 2, (c0 + c1 - 1) / 2).

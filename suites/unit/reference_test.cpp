@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "detops/reference/roi_align_reference.h"
+#include "matrix_rows.h"
 
 namespace detops::reference {
 namespace {
@@ -19,16 +20,7 @@ Tensor4d linear_map(Eigen::Index n, Eigen::Index c, Eigen::Index h, Eigen::Index
   return t;
 }
 
-Matrixd rois(std::initializer_list<std::initializer_list<double>> rows) {
-  Matrixd m(static_cast<Eigen::Index>(rows.size()), 5);
-  Eigen::Index r = 0;
-  for (const auto& row : rows) {
-    Eigen::Index c = 0;
-    for (double v : row) m(r, c++) = v;
-    ++r;
-  }
-  return m;
-}
+Matrixd rois(std::initializer_list<std::initializer_list<double>> values) { return rows<5>(values); }
 
 TEST(RoiAlignReference, LinearMapGivesValueAtBinCenter) {
   // The samples of a bin are symmetric about its center, so their mean of a linear function is the

@@ -4,15 +4,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "detops/core/cuda_check.h"
+
 namespace detops::harness::bench {
 namespace {
-
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-  }
-}
 
 // One dependent FMA chain per thread; a and b are runtime values, so the chain cannot be folded.
 __global__ void calibration_fma_chain(float* out, std::int64_t chain, float a, float b) {
@@ -28,19 +23,19 @@ CalibrationKernel::CalibrationKernel(int device, double work) {
     throw std::invalid_argument("--detops_calibration_work must be in (0, 100]; got " + std::to_string(work));
   }
   int sms = 0;
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute(SM count)");
+  DETOPS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   blocks_ = std::max(1, sms) * kBlocksPerSm;
   chain_ = std::max<std::int64_t>(1, std::llround(static_cast<double>(kBaseChain) * work));
-  check_cuda(cudaMalloc(&out_, static_cast<std::size_t>(threads_total()) * sizeof(float)), "cudaMalloc(calibration)");
+  DETOPS_CUDA_CHECK(cudaMalloc(&out_, static_cast<std::size_t>(threads_total()) * sizeof(float)));
 }
 
 CalibrationKernel::~CalibrationKernel() {
-  if (out_ != nullptr) cudaFree(out_);
+  if (out_ != nullptr) DETOPS_CUDA_CHECK_NOTHROW(cudaFree(out_));
 }
 
 void CalibrationKernel::launch(cudaStream_t stream) {
   calibration_fma_chain<<<blocks_, kThreads, 0, stream>>>(out_, chain_, 0.999f, 1e-3f);
-  check_cuda(cudaGetLastError(), "calibration_fma_chain launch");
+  DETOPS_CUDA_CHECK(cudaGetLastError());
 }
 
 std::string CalibrationKernel::shape() const {

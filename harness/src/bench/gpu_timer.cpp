@@ -11,15 +11,10 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "detops/core/cuda_check.h"
+
 namespace detops::harness::bench {
 namespace {
-
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-  }
-}
 
 std::string cupti_error(CUptiResult r) {
   const char* text = nullptr;
@@ -34,22 +29,22 @@ void check_cupti(CUptiResult r, const char* what) {
 class EventTimer final : public GpuTimer {
  public:
   EventTimer() {
-    check_cuda(cudaEventCreate(&start_), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&stop_), "cudaEventCreate");
+    DETOPS_CUDA_CHECK(cudaEventCreate(&start_));
+    DETOPS_CUDA_CHECK(cudaEventCreate(&stop_));
   }
   ~EventTimer() override {
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
+    DETOPS_CUDA_CHECK_NOTHROW(cudaEventDestroy(start_));
+    DETOPS_CUDA_CHECK_NOTHROW(cudaEventDestroy(stop_));
   }
   const char* name() const override { return "cuda_events"; }
   KernelSample time_call(const std::function<void()>& call, cudaStream_t stream, bool) override {
-    check_cuda(cudaEventRecord(start_, stream), "cudaEventRecord(start)");
+    DETOPS_CUDA_CHECK(cudaEventRecord(start_, stream));
     call();
-    check_cuda(cudaEventRecord(stop_, stream), "cudaEventRecord(stop)");
-    check_cuda(cudaEventSynchronize(stop_), "cudaEventSynchronize");
-    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    DETOPS_CUDA_CHECK(cudaEventRecord(stop_, stream));
+    DETOPS_CUDA_CHECK(cudaEventSynchronize(stop_));
+    DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
     float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+    DETOPS_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
     KernelSample s;
     s.valid = true;
     s.sum_ms = s.span_ms = ms;
@@ -134,7 +129,7 @@ class CuptiTimer final : public GpuTimer {
     check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER), "cuptiActivityEnable(DRIVER)");
     enabled_driver_ = true;
     // Probe: a flush must work before we rely on it.
-    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
     check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     clear();
   }
@@ -170,7 +165,7 @@ class CuptiTimer final : public GpuTimer {
     const CUptiResult pop = cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped);
     if (failure) std::rethrow_exception(failure);
     check_cupti(pop, "cuptiActivityPopExternalCorrelationId");
-    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
     check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
 
     KernelSample s;

@@ -6,15 +6,10 @@
 
 #include "detops/harness/bench/stats.h"
 
+#include "detops/core/cuda_check.h"
+
 namespace detops::harness::bench {
 namespace {
-
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-  }
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -24,17 +19,17 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 L2Flusher::L2Flusher(int device) {
   int l2 = 0;
-  check_cuda(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute(L2CacheSize)");
+  DETOPS_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
   bytes_ = std::max<std::size_t>(static_cast<std::size_t>(l2) * 2, std::size_t{1} << 20);
-  check_cuda(cudaMalloc(&buffer_, bytes_), "cudaMalloc(L2 flush buffer)");
+  DETOPS_CUDA_CHECK(cudaMalloc(&buffer_, bytes_));
 }
 
 L2Flusher::~L2Flusher() {
-  if (buffer_ != nullptr) cudaFree(buffer_);
+  if (buffer_ != nullptr) DETOPS_CUDA_CHECK_NOTHROW(cudaFree(buffer_));
 }
 
 void L2Flusher::flush(cudaStream_t stream) {
-  check_cuda(cudaMemsetAsync(buffer_, 0, bytes_, stream), "cudaMemsetAsync(L2 flush)");
+  DETOPS_CUDA_CHECK(cudaMemsetAsync(buffer_, 0, bytes_, stream));
 }
 
 Measurement measure_call(const std::function<void()>& call, cudaStream_t stream, GpuTimer& timer,
@@ -44,7 +39,7 @@ Measurement measure_call(const std::function<void()>& call, cudaStream_t stream,
   for (int i = 0; i < settings.warmup_calls; ++i) {
     if (settings.cold_l2) flusher.flush(stream);
     call();
-    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (warm-up)");
+    DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   StoppingRule rule(settings.stopping);
@@ -103,25 +98,25 @@ double measure_device_copy_bandwidth(std::size_t bytes, int repeats, cudaStream_
   void* dst = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
   auto release = [&] {
-    if (src) cudaFree(src);
-    if (dst) cudaFree(dst);
-    if (start) cudaEventDestroy(start);
-    if (stop) cudaEventDestroy(stop);
+    if (src) DETOPS_CUDA_CHECK_NOTHROW(cudaFree(src));
+    if (dst) DETOPS_CUDA_CHECK_NOTHROW(cudaFree(dst));
+    if (start) DETOPS_CUDA_CHECK_NOTHROW(cudaEventDestroy(start));
+    if (stop) DETOPS_CUDA_CHECK_NOTHROW(cudaEventDestroy(stop));
   };
   try {
-    check_cuda(cudaMalloc(&src, bytes), "cudaMalloc(copy source)");
-    check_cuda(cudaMalloc(&dst, bytes), "cudaMalloc(copy destination)");
-    check_cuda(cudaMemsetAsync(src, 1, bytes, stream), "cudaMemsetAsync(copy source)");
-    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+    DETOPS_CUDA_CHECK(cudaMalloc(&src, bytes));
+    DETOPS_CUDA_CHECK(cudaMalloc(&dst, bytes));
+    DETOPS_CUDA_CHECK(cudaMemsetAsync(src, 1, bytes, stream));
+    DETOPS_CUDA_CHECK(cudaEventCreate(&start));
+    DETOPS_CUDA_CHECK(cudaEventCreate(&stop));
     std::vector<double> rates;
     for (int i = 0; i < repeats + 2; ++i) {  // the first two are warm-up
-      check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
-      check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync(D2D)");
-      check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
-      check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      DETOPS_CUDA_CHECK(cudaEventRecord(start, stream));
+      DETOPS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+      DETOPS_CUDA_CHECK(cudaEventRecord(stop, stream));
+      DETOPS_CUDA_CHECK(cudaEventSynchronize(stop));
       float ms = 0;
-      check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      DETOPS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
       if (i >= 2 && ms > 0) rates.push_back(2.0 * static_cast<double>(bytes) / (ms * 1e-3));
     }
     release();

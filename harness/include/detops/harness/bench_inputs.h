@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/dtype.h"
+#include "detops/core/dtype.h"
 
 namespace detops::harness {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/dtype.h"
+#include "detops/core/dtype.h"
 #include "detops/harness/bench_spec.h"
 #include "detops/harness/check_result.h"
 #include "detops/harness/outcome.h"

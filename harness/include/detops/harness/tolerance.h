@@ -3,7 +3,7 @@
 #include <map>
 #include <string>
 
-#include "common/dtype.h"
+#include "detops/core/dtype.h"
 
 namespace detops::harness {
 

@@ -1,29 +1,18 @@
 // RoIPool's op spec: seeded cases (the OPS.md regression cases among them), how to run the op and the
 // reference, bad inputs, determinism and tolerances.
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
+#include "kit/spec_prelude.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <stdexcept>
-#include <string>
 
-#include "detops/harness/eigen_bridge.h"
-#include "detops/harness/bench_inputs.h"
-#include "detops/harness/op_spec.h"
-#include "detops/harness/roi_cases.h"
 #include "detops/reference/roi_pool_reference.h"
+#include "kit/feature_cases.h"
+#include "kit/half_accumulation.h"
+#include "kit/roi_case_runs.h"
+#include "kit/roi_cases.h"
 #include "roi_pool/roi_pool_torch.h"
 
 namespace detops {
 namespace {
-
-using harness::CaseData;
-using harness::Device;
-using harness::OpCase;
-using harness::OpSpec;
-using harness::Tensors;
 
 enum class RoiLayout {
   kRandom,         // inside the image, at least one image pixel wide
@@ -37,7 +26,7 @@ enum class RoiLayout {
   kWholeMap,
   kHalfway,        // every scaled coordinate is an exact half (k + 0.5, k of both signs)
 };
-using BatchLayout = harness::RoiBatchLayout;
+using BatchLayout = kit::RoiBatchLayout;
 
 // Feature values. Every layout starts from the same grid: each H x W plane holds a seeded random
 // permutation of H*W evenly spaced values, spacing max(2 / (H*W - 1), 1e-3), centred on a seeded
@@ -56,15 +45,12 @@ enum class Features {
   kInfinities,   // channel 0 with scattered +inf and -inf; channel 1 all -inf
 };
 
-struct RoiPoolCaseConfig {
-  std::int64_t batch = 2, channels = 3, height = 12, width = 15, num_rois = 6;
+struct RoiPoolCaseConfig : kit::RoiCaseShape {
   RoiPoolParams params;
   RoiLayout rois = RoiLayout::kRandom;
   BatchLayout batches = BatchLayout::kSpread;
   Features features = Features::kDistinct;
-  bool noncontiguous_input = false;
-  bool noncontiguous_rois = false;
-  bool stride0_grad = false;
+  bool half_accumulation_grad = false;  // grad_output from kit::half_accumulation_grad_output (positive)
 };
 
 at::Tensor make_features(const RoiPoolCaseConfig& cfg, at::Generator& gen) {
@@ -86,10 +72,10 @@ at::Tensor make_features(const RoiPoolCaseConfig& cfg, at::Generator& gen) {
     case Features::kNearHundred: break;
     case Features::kNegative: x = x - x.amax() - 0.25; break;
     case Features::kTies: x = at::floor(at::rand(x.sizes(), gen, opts) * 3) - 1; break;
-    case Features::kConstant: x = (at::rand({cfg.batch, cfg.channels, 1, 1}, gen, opts) * 2 - 1).expand_as(x).clone(); break;
-    case Features::kNaNMixed: x.masked_fill_(at::rand(x.sizes(), gen, opts) < 0.15, nan); break;
+    case Features::kConstant: x = kit::constant_planes(x, gen); break;
+    case Features::kNaNMixed: kit::sprinkle_nan(x, 0.15, gen); break;
     case Features::kNaNPlane:
-      x.masked_fill_(at::rand(x.sizes(), gen, opts) < 0.1, nan);
+      kit::sprinkle_nan(x, 0.1, gen);
       x.select(1, 0).fill_(nan);
       break;
     case Features::kInfinities: {
@@ -169,18 +155,18 @@ at::Tensor make_rois(const RoiPoolCaseConfig& cfg, at::Generator& gen, const std
   const double img_h = static_cast<double>(cfg.height) / s, img_w = static_cast<double>(cfg.width) / s;
   const auto opts = at::TensorOptions().dtype(at::kDouble);
   const std::int64_t k = cfg.num_rois;
-  const harness::RandomRois random = harness::random_image_rois(k, img_w, img_h, gen);
-  harness::RoiCorners r = random.corners;
+  const kit::RandomRois random = kit::random_image_rois(k, img_w, img_h, gen);
+  kit::RoiCorners r = random.corners;
   switch (cfg.rois) {
     case RoiLayout::kRandom: break;
-    case RoiLayout::kOutside: harness::move_outside(r, img_w, img_h); break;
-    case RoiLayout::kPartlyOutside: harness::move_partly_outside(r, img_w, img_h); break;
-    case RoiLayout::kStraddling: r = harness::straddling_rois(random.u, img_w, img_h); break;
-    case RoiLayout::kDegenerate: harness::invert(r); break;
-    case RoiLayout::kZeroSize: harness::collapse_to_points(r); break;
-    case RoiLayout::kNaN: harness::set_nan_corners(r); break;
-    case RoiLayout::kInfinite: r = harness::infinite_rois(k, img_w, img_h); break;
-    case RoiLayout::kWholeMap: r = harness::cycled_rows(k, {{0, 0, img_w, img_h}}); break;
+    case RoiLayout::kOutside: kit::move_outside(r, img_w, img_h); break;
+    case RoiLayout::kPartlyOutside: kit::move_partly_outside(r, img_w, img_h); break;
+    case RoiLayout::kStraddling: r = kit::straddling_rois(random.u, img_w, img_h); break;
+    case RoiLayout::kDegenerate: kit::invert(r); break;
+    case RoiLayout::kZeroSize: kit::collapse_to_points(r); break;
+    case RoiLayout::kNaN: kit::set_nan_corners(r); break;
+    case RoiLayout::kInfinite: r = kit::infinite_rois(k, img_w, img_h); break;
+    case RoiLayout::kWholeMap: r = kit::cycled_rows(k, {{0, 0, img_w, img_h}}); break;
     case RoiLayout::kHalfway: {
       // k + 0.5 with k in [-3, size + 2]: round half away from zero sends 2.5 to 3 and -2.5 to -3, where
       // round-half-to-even would give 2 and -2.
@@ -194,7 +180,7 @@ at::Tensor make_rois(const RoiPoolCaseConfig& cfg, at::Generator& gen, const std
       break;
     }
   }
-  at::Tensor rois = harness::stack_rois(harness::roi_batch_column(cfg.batches, k, cfg.batch), r);
+  at::Tensor rois = kit::stack_rois(kit::roi_batch_column(cfg.batches, k, cfg.batch), r);
   make_edges_unambiguous(rois, cfg, case_name);
   return rois;
 }
@@ -219,8 +205,8 @@ CaseData make_case(const RoiPoolCaseConfig& cfg, const std::string& name, std::u
   const std::array<std::int64_t, 4> shape{cfg.batch, cfg.channels, cfg.height, cfg.width};
   d.op_forward = [p, cfg](const Tensors& in) {
     at::Tensor x = in[0], rois = in[1];
-    if (cfg.noncontiguous_input) x = x.transpose(2, 3).contiguous().transpose(2, 3);  // same values, W-major strides
-    if (cfg.noncontiguous_rois) rois = at::cat({rois, rois}, 1).slice(1, 0, 5);    // row stride 10
+    if (cfg.noncontiguous_input) x = kit::w_major(x);
+    if (cfg.noncontiguous_rois) rois = kit::row_stride_10(rois);
     auto [output, argmax] = roi_pool_forward(x, rois, p);
     return Tensors{output, argmax};
   };
@@ -230,27 +216,25 @@ CaseData make_case(const RoiPoolCaseConfig& cfg, const std::string& name, std::u
     return Tensors{roi_pool_backward(grad[0], in[1], std::get<1>(fwd), p, shape)};
   };
   d.reference_forward = [p](const Tensors& in) {
-    const reference::RoiPoolResult r = reference::roi_pool_forward(p, harness::to_tensor4d(in[0]), harness::to_matrix(in[1]));
-    return Tensors{harness::from_tensor4d(r.output), index_tensor(r.argmax)};
+    const reference::RoiPoolResult r = reference::roi_pool_forward(p, kit::to_tensor4d(in[0]), kit::to_matrix(in[1]));
+    return Tensors{kit::from_tensor4d(r.output), index_tensor(r.argmax)};
   };
   d.reference_backward = [p](const Tensors& in, const Tensors& grad) {
-    return Tensors{harness::from_tensor4d(reference::roi_pool_backward(
-        p, harness::to_tensor4d(grad[0]), harness::to_tensor4d(in[0]), harness::to_matrix(in[1])))};
+    return Tensors{kit::from_tensor4d(reference::roi_pool_backward(
+        p, kit::to_tensor4d(grad[0]), kit::to_tensor4d(in[0]), kit::to_matrix(in[1])))};
   };
   // A grad_input element is a plain sum of grad_output elements, so its sum of |terms| is the same
   // backward applied to |grad_output|.
-  d.reference_backward_magnitude = [bwd = d.reference_backward](const Tensors& in, const Tensors& grad) {
-    return bwd(in, {grad[0].abs(), grad[1]});
-  };
+  d.reference_backward_magnitude = kit::abs_grad_magnitude(d.reference_backward);
   // argmax is an integer output with no gradient: its grad_output is zero, so it adds exactly nothing to
   // the finite-difference check's directional value.
   d.make_grad_output = [stride0 = cfg.stride0_grad](const at::Tensor& out, std::uint64_t s) {
     if (!out.is_floating_point()) return at::zeros_like(out);
-    // What `out.sum().backward()` hands the backward: one value expanded to the output's shape.
-    if (stride0) return at::ones({}, out.options()).expand(out.sizes());
+    if (stride0) return kit::stride0_grad_output()(out, s);
     at::Generator g = at::make_generator<at::CPUGeneratorImpl>(s);
     return at::randn(out.sizes(), g, at::TensorOptions().dtype(at::kDouble)).to(out.options());
   };
+  if (cfg.half_accumulation_grad) d.make_grad_output = kit::half_accumulation_grad_output();
   if (cfg.features == Features::kTies || cfg.features == Features::kConstant) {
     d.gradcheck_skip_reason = "tied maxima are kinks of the max: central differences there are one-sided";
   } else if (has_nonfinite_features(cfg.features)) {
@@ -260,36 +244,12 @@ CaseData make_case(const RoiPoolCaseConfig& cfg, const std::string& name, std::u
   return d;
 }
 
-std::string scale_name(double scale) { return "s" + std::to_string(static_cast<int>(std::lround(1.0 / scale))); }
-
 std::vector<OpCase> roi_pool_cases() {
-  std::vector<OpCase> cases;
-  std::uint64_t seed = 0x2B00'0000;
-  auto add = [&](const std::string& name, RoiPoolCaseConfig cfg, std::map<Device, std::string> skip = {}) {
-    cases.push_back(OpCase{name, ++seed, [cfg, name](std::uint64_t s) { return make_case(cfg, name, s); }, std::move(skip)});
-  };
-
-  // The parameter grid: pooled 1x1, 7x7 and 14x14 at spatial_scale 1, 1/4, 1/8, 1/16 and 1/32.
-  int n = 0;
-  for (std::int64_t ps : {1, 7, 14}) {
-    for (double scale : {1.0, 0.25, 0.125, 0.0625, 0.03125}) {
-      RoiPoolCaseConfig cfg;
-      cfg.params = RoiPoolParams{scale, ps, ps};
-      cfg.height = 10 + n % 5;
-      cfg.width = 13 + n % 7;
-      ++n;
-      add("grid_" + std::to_string(ps) + "x" + std::to_string(ps) + "_" + scale_name(scale), cfg);
-    }
-  }
-
+  kit::CaseList<RoiPoolCaseConfig> add(0x2B00'0000, make_case);
+  kit::add_pooled_scale_grid(add, {1, 7, 14});
   const RoiPoolParams box_head{0.25, 7, 7}, mask_head{0.0625, 14, 14};
+  kit::add_pooling_basic_cases(add, box_head);
   RoiPoolCaseConfig c;
-  c = {}; c.params = {0.5, 3, 5}; add("rectangular_pooled_3x5_scale_half", c);
-  c = {}; c.params = {0.3, 2, 7}; add("scale_not_a_power_of_two", c);
-  c = {}; c.params = box_head; c.num_rois = 0; add("no_rois", c);
-  c = {}; c.params = box_head; c.channels = 0; add("zero_channels", c);
-  c = {}; c.params = box_head; c.rois = RoiLayout::kOutside; add("rois_outside_map", c);
-  c = {}; c.params = box_head; c.rois = RoiLayout::kPartlyOutside; add("rois_partly_outside_map", c);
   c = {}; c.params = mask_head; c.rois = RoiLayout::kStraddling; add("empty_bins_roi_larger_than_map", c);
   c = {}; c.params = {1.0, 14, 14}; c.rois = RoiLayout::kStraddling; c.height = 6; c.width = 5; add("empty_bins_scale1_small_map", c);
   c = {}; c.params = box_head; c.rois = RoiLayout::kDegenerate; add("degenerate_rois", c);
@@ -302,14 +262,7 @@ std::vector<OpCase> roi_pool_cases() {
   c = {}; c.params = {1.0, 4, 4}; c.rois = RoiLayout::kHalfway; c.num_rois = 16; add("round_half_away_from_zero_scale1", c);
   c = {}; c.params = {0.0625, 7, 7}; c.height = c.width = 1; add("feature_map_1x1", c);
   c = {}; c.params = {1.0, 2, 2}; c.height = c.width = 1; add("feature_map_1x1_scale1", c);
-  c = {}; c.params = box_head; c.noncontiguous_input = true; add("noncontiguous_input", c);
-  c = {}; c.params = box_head; c.noncontiguous_rois = true; add("noncontiguous_rois", c);
-  c = {}; c.params = box_head; c.stride0_grad = true; add("stride0_grad_output", c);
-  c = {}; c.params = mask_head; c.stride0_grad = true; c.noncontiguous_input = true; add("stride0_grad_noncontiguous_input", c);
-  c = {}; c.params = {0.25, 2, 2}; c.channels = 1; c.height = 6; c.width = 7; c.num_rois = 70000;
-  add("more_than_65535_rois", c);
-  c = {}; c.params = box_head; c.batch = 4; c.num_rois = 12; c.batches = BatchLayout::kAllInFirst; add("all_rois_in_first_image", c);
-  c = {}; c.params = box_head; c.batch = 4; c.num_rois = 12; add("rois_spread_over_batch", c);
+  kit::add_stride_and_batch_cases(add, box_head, mask_head, RoiPoolParams{0.25, 2, 2});
   c = {}; c.params = box_head; c.batch = 3; c.batches = BatchLayout::kFractional; add("fractional_batch_index_truncates", c);
   c = {}; c.params = box_head; c.features = Features::kTies; add("ties_first_max_wins", c);
   c = {}; c.params = {1.0, 2, 2}; c.features = Features::kTies; c.rois = RoiLayout::kWholeMap; add("ties_whole_map_bins", c);
@@ -321,69 +274,44 @@ std::vector<OpCase> roi_pool_cases() {
   c = {}; c.params = {0.25, 2, 2}; c.features = Features::kNaNMixed; add("nan_features_mixed", c);
   c = {}; c.params = box_head; c.features = Features::kNaNPlane; add("nan_features_whole_plane", c);
   c = {}; c.params = {0.25, 3, 3}; c.features = Features::kInfinities; add("infinite_features", c);
-  c = {}; c.params = box_head; c.rois = RoiLayout::kWholeMap; add("roi_covers_whole_map", c);
-  c = {}; c.params = {0.25, 7, 7}; c.channels = 64; c.height = 9; c.width = 11; add("many_channels", c);
-  // Real-model scale: an FPN P2 level of an 800x1344 image (200x336 at 1/4), box head 7x7.
-  c = {}; c.params = {0.25, 7, 7}; c.batch = 1; c.channels = 4; c.height = 200; c.width = 336; c.num_rois = 64;
-  add("fpn_p2_box_head", c);
-  c = {}; c.params = {0.03125, 14, 14}; c.batch = 2; c.channels = 2; c.height = 25; c.width = 42; c.num_rois = 16;
-  add("fpn_p5_mask_head", c);
-  return cases;
+  kit::add_pooling_map_size_cases(add, box_head, /*p2_channels=*/4, /*p2_rois=*/64);
+  // Sums of thousands of terms (kit/half_accumulation.h): the backward adds every roi's gradient to the
+  // bin's max element. 4096 rois over the whole map, 2x2 bins: each plane's four bin maxima receive 4096
+  // positive grad_output values (0.5..1) each, ~3000 in all: an fp16 / bf16 accumulator stalls.
+  c = {}; c.params = {1.0, 2, 2}; c.batch = 1; c.channels = 2; c.height = 6; c.width = 7; c.num_rois = kit::kHalfAccumulationTerms;
+  c.rois = RoiLayout::kWholeMap; c.half_accumulation_grad = true; add("half_accumulation_overlapping_rois_backward", c);
+  return std::move(add.cases);
 }
 
 // Bad input: each call must raise an error naming the argument.
 std::vector<harness::BadInputCase> roi_pool_bad_inputs() {
-  auto f32 = [](const at::Device& d) { return at::TensorOptions().dtype(at::kFloat).device(d); };
+  auto f32 = kit::f32_on;
   auto good_input = [f32](const at::Device& d) { return at::rand({2, 3, 8, 8}, f32(d)); };
-  auto good_rois = [f32](const at::Device& d) {
-    return at::tensor({0.0f, 1.0f, 1.0f, 5.0f, 6.0f, 1.0f, 0.0f, 0.0f, 4.0f, 4.0f}, f32(at::kCPU)).view({2, 5}).to(d);
-  };
+  auto good_rois = kit::good_rois;
   auto good_argmax = [](const at::Device& d) {
     return at::zeros({2, 3, 2, 2}, at::TensorOptions().dtype(at::kInt).device(d));
   };
   const RoiPoolParams p{1.0, 2, 2};
   const std::array<std::int64_t, 4> shape{2, 3, 8, 8};
-  std::vector<harness::BadInputCase> bad;
-  auto add = [&](std::string name, std::function<void(const at::Device&)> call, std::vector<std::string> words) {
-    bad.push_back({std::move(name), std::move(call), std::move(words)});
+  kit::BadInputs bad;
+  kit::RoiOpBadInputs op;
+  op.forward = [p](const at::Tensor& x, const at::Tensor& rois, kit::RoiParamFault fault) {
+    roi_pool_forward(x, rois, kit::with_fault(p, fault));
   };
-  add("rois_wrong_columns", [=](const at::Device& d) { roi_pool_forward(good_input(d), good_rois(d).slice(1, 0, 4), p); },
-      {"rois", "[K, 5]"});
-  add("rois_1d", [=](const at::Device& d) { roi_pool_forward(good_input(d), good_rois(d).view({-1}), p); }, {"rois", "[K, 5]"});
-  add("input_3d", [=](const at::Device& d) { roi_pool_forward(good_input(d)[0], good_rois(d), p); }, {"input", "4-D"});
-  add("batch_index_out_of_range", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[1][0] = 2; roi_pool_forward(good_input(d), r, p); }, {"rois[1, 0]", "[0, 2)"});
-  add("batch_index_negative", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[0][0] = -1; roi_pool_forward(good_input(d), r, p); }, {"rois[0, 0]", "[0, 2)"});
-  add("batch_index_nan", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[1][0] = NAN; roi_pool_forward(good_input(d), r, p); }, {"rois[1, 0]", "batch index"});
-  add("backward_batch_index_out_of_range", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[0][0] = 7;
-        roi_pool_backward(at::ones({2, 3, 2, 2}, f32(d)), r, good_argmax(d), p, shape); }, {"rois[0, 0]", "[0, 2)"});
-  add("rois_dtype_mismatch", [=](const at::Device& d) { roi_pool_forward(good_input(d), good_rois(d).to(at::kDouble), p); },
-      {"rois dtype", "input dtype"});
-  add("integer_input", [=](const at::Device& d) { roi_pool_forward(good_input(d).to(at::kInt), good_rois(d).to(at::kInt), p); },
-      {"input", "float64, float32, float16 or bfloat16"});
-  add("rois_on_other_device", [=](const at::Device& d) {
-        roi_pool_forward(good_input(d), d.is_cpu() ? good_rois(d).to(at::kMeta) : good_rois(at::kCPU), p); },
-      {"input and rois", "same device"});
-  add("pooled_height_zero", [=](const at::Device& d) { roi_pool_forward(good_input(d), good_rois(d), {1.0, 0, 2}); },
-      {"pooled_height", "positive"});
-  add("pooled_width_negative", [=](const at::Device& d) { roi_pool_forward(good_input(d), good_rois(d), {1.0, 2, -3}); },
-      {"pooled_width", "positive"});
-  add("spatial_scale_zero", [=](const at::Device& d) { roi_pool_forward(good_input(d), good_rois(d), {0.0, 2, 2}); },
-      {"spatial_scale"});
+  op.backward = [=](const at::Tensor& grad, const at::Tensor& rois) {
+    roi_pool_backward(grad, rois, good_argmax(grad.device()), p, shape);
+  };
+  kit::add_roi_op_bad_inputs(bad, op);
+  auto add = [&](std::string name, kit::BadCall call, std::vector<std::string> words) {
+    bad.add(std::move(name), std::move(call), std::move(words));
+  };
   add("spatial_scale_nan", [=](const at::Device& d) { roi_pool_forward(good_input(d), good_rois(d), {NAN, 2, 2}); },
       {"spatial_scale"});
-  add("empty_feature_map_with_rois", [=](const at::Device& d) {
-        roi_pool_forward(at::rand({2, 3, 0, 8}, f32(d)), good_rois(d), p); }, {"height and width"});
   // 65536 x 32768 elements per plane: argmax (int32) could not address them. Expanded from one element,
   // so nothing is allocated before the check.
   add("plane_too_large_for_int32_argmax", [=](const at::Device& d) {
         roi_pool_forward(at::zeros({1, 1, 1, 1}, f32(d)).expand({2, 1, 65536, 32768}), good_rois(d), p); },
       {"height * width", "2147483647", "int32"});
-  add("backward_grad_wrong_shape", [=](const at::Device& d) {
-        roi_pool_backward(at::ones({2, 3, 3, 2}, f32(d)), good_rois(d), good_argmax(d), p, shape); }, {"grad", "[2, 3, 2, 2]"});
   add("backward_argmax_int64", [=](const at::Device& d) {
         roi_pool_backward(at::ones({2, 3, 2, 2}, f32(d)), good_rois(d), good_argmax(d).to(at::kLong), p, shape); },
       {"argmax", "int32"});
@@ -392,7 +320,7 @@ std::vector<harness::BadInputCase> roi_pool_bad_inputs() {
       {"argmax", "[2, 3, 2, 2]"});
   add("backward_argmax_on_other_device", [=](const at::Device& d) {
         roi_pool_backward(at::ones({2, 3, 2, 2}, f32(d)), good_rois(d),
-                          d.is_cpu() ? good_argmax(d).to(at::kMeta) : good_argmax(at::kCPU), p, shape); },
+                          kit::other_device(good_argmax(d), d), p, shape); },
       {"grad and argmax", "same device"});
   add("backward_argmax_out_of_range", [=](const at::Device& d) {
         at::Tensor a = good_argmax(d); a[1][2][0][1] = 64;
@@ -402,42 +330,26 @@ std::vector<harness::BadInputCase> roi_pool_bad_inputs() {
         at::Tensor a = good_argmax(d); a[0][1][1][0] = -2;
         roi_pool_backward(at::ones({2, 3, 2, 2}, f32(d)), good_rois(d), a, p, shape); },
       {"argmax[0, 1, 1, 0] = -2", "-1"});
-  return bad;
+  return std::move(bad.cases);
 }
 
 // Benchmark case (docs/benchmarks.md): the Faster R-CNN box head on the P2 level of an 800x1344 image.
 std::vector<harness::BenchCase> roi_pool_benchmarks() {
   const RoiPoolParams params{0.25, 7, 7};
   const std::array<std::int64_t, 4> shape{2, 256, 200, 336};
-  const std::uint64_t seed = 9101;
-  harness::BenchCase bc;
-  bc.name = "box_head_1000";
-  bc.shape = "x[2,256,200,336] rois[1000,5] 7x7 scale 1/4";
-  bc.bytes_note = "fwd: x + rois + output + argmax (int32); bwd: grad_output + argmax + rois + grad_input read and "
-                  "written (atomic scatter)";
-  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
-  bc.make = [=](DType dtype) {
-    const at::Tensor x = harness::bench_randn_cuda({shape.begin(), shape.end()}, dtype, seed);
-    const at::Tensor rois = harness::bench_to_cuda(harness::bench_image_rois(1000, shape[0], seed + 1), dtype);
-    const auto [out, argmax] = roi_pool_forward(x, rois, params);
-    const at::Tensor grad = harness::bench_randn_cuda(out.sizes().vec(), dtype, seed + 2);
-    harness::BenchInstance inst;
-    inst.forward = [x, rois, params] { (void)roi_pool_forward(x, rois, params); };
-    inst.backward = [grad, rois, argmax = argmax, params, shape] { (void)roi_pool_backward(grad, rois, argmax, params, shape); };
-    inst.bytes_forward = harness::bench_bytes(x) + harness::bench_bytes(rois) + harness::bench_bytes(out) +
-                         harness::bench_bytes(argmax);
-    inst.bytes_backward = harness::bench_bytes(grad) + harness::bench_bytes(argmax) + harness::bench_bytes(rois) +
-                          2 * harness::bench_bytes(x);
-    return inst;
-  };
-  return {bc};
+  const kit::RoiBench b{"box_head_1000", "x[2,256,200,336] rois[1000,5] 7x7 scale 1/4",
+                        "fwd: x + rois + output + argmax (int32); bwd: grad_output + argmax + rois + grad_input read "
+                        "and written (atomic scatter)",
+                        shape, 1000, 9101};
+  return {kit::roi_bench_case(
+      b, [params](const at::Tensor& x, const at::Tensor& rois) { return roi_pool_forward(x, rois, params); },
+      [params, shape](const at::Tensor& grad, const at::Tensor&, const at::Tensor& rois, const at::Tensor& argmax) {
+        (void)roi_pool_backward(grad, rois, argmax, params, shape);
+      })};
 }
 
 OpSpec roi_pool_spec() {
-  OpSpec spec;
-  spec.name = "roi_pool";
-  spec.cases = roi_pool_cases();
-  spec.bad_inputs = roi_pool_bad_inputs();
+  OpSpec spec = kit::op_spec("roi_pool", roi_pool_cases(), roi_pool_bad_inputs());
   spec.valid_call = [](const at::Device& d) {
     const auto opts = at::TensorOptions().dtype(at::kFloat).device(d);
     const at::Tensor x = at::arange(16, opts).view({1, 1, 4, 4});

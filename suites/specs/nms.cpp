@@ -17,41 +17,22 @@
 // The IoU tolerance tol is 1e-12 for fp64 boxes and 2e-6 for fp32, fp16 and bf16 boxes, whose IoU is
 // computed in fp32 from coordinates exact in fp32: a few fp32 roundings of a quotient <= 1 (about
 // 4e-7 in the worst case), with room to spare.
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
+#include "kit/spec_prelude.h"
 
 #include <algorithm>
-#include <array>
-#include <cmath>
-#include <functional>
-#include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
-#include <stdexcept>
-#include <string>
 
-#include "detops/harness/bench_inputs.h"
-#include "detops/harness/bench_spec.h"
-#include "detops/harness/op_spec.h"
 #include "detops/reference/nms_reference.h"
 #include "nms/nms_torch.h"
 
 namespace detops {
 namespace {
 
-using harness::BadInputCase;
-using harness::CaseData;
 using harness::CompareResult;
-using harness::Device;
-using harness::OpCase;
-using harness::OpSpec;
 using harness::Outcome;
-using harness::Tensors;
 using reference::NmsBoxes;
-
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-const double kInf = std::numeric_limits<double>::infinity();
 
 double iou_tolerance(DType dtype) { return dtype == DType::kFloat64 ? 1e-12 : 2e-6; }
 
@@ -587,7 +568,7 @@ at::Tensor two_boxes(const at::Device& d) {
 }
 at::Tensor two_scores(const at::Device& d) { return at::tensor({0.5f, 0.9f}, at::TensorOptions().dtype(at::kFloat)).to(d); }
 at::Tensor two_idxs(const at::Device& d) { return at::zeros({2}, at::TensorOptions().dtype(at::kLong)).to(d); }
-at::Tensor other_device(const at::Tensor& t, const at::Device& d) { return d.is_cpu() ? t.to(at::kMeta) : t.cpu(); }
+using kit::other_device;
 NmsParams with_threshold(double t) {
   NmsParams p;
   p.iou_threshold = t;
@@ -659,14 +640,8 @@ std::vector<harness::BenchCase> nms_benchmarks(bool batched) {
   std::vector<harness::BenchCase> out;
   std::uint64_t seed = batched ? 9601 : 9501;
   for (const Size& z : sizes) {
-    harness::BenchCase bc;
-    bc.name = z.name;
-    bc.shape = "boxes[" + std::to_string(z.n) + ",4] IoU " + std::to_string(z.threshold).substr(0, 3) +
-               (batched ? ", " + std::to_string(z.classes) + " classes" : std::string());
-    bc.bytes_note = "boxes + scores (+ idxs) read once, the keep list (int64) written once";
-    bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
     const std::uint64_t s = seed += 10;
-    bc.make = [z, s, batched](DType dtype) {
+    auto make = [z, s, batched](DType dtype) {
       const at::Tensor boxes = harness::bench_to_cuda(harness::bench_image_boxes(z.n, s), dtype);
       at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(s + 1);
       const at::Tensor scores = harness::bench_to_cuda(at::rand({z.n}, gen, at::TensorOptions().dtype(at::kDouble)), dtype);
@@ -679,11 +654,13 @@ std::vector<harness::BenchCase> nms_benchmarks(bool batched) {
       inst.forward = [boxes, scores, idxs, params, batched] {
         (void)(batched ? batched_nms_forward(boxes, scores, idxs, params) : nms_forward(boxes, scores, params));
       };
-      inst.bytes_forward = harness::bench_bytes(boxes) + harness::bench_bytes(scores) + harness::bench_bytes(keep) +
-                           (batched ? harness::bench_bytes(idxs) : 0);
+      inst.bytes_forward = kit::bench_bytes({boxes, scores, keep, batched ? idxs : at::Tensor()});
       return inst;
     };
-    out.push_back(bc);
+    out.push_back(kit::bench_case(z.name,
+                                  "boxes[" + std::to_string(z.n) + ",4] IoU " + std::to_string(z.threshold).substr(0, 3) +
+                                      (batched ? ", " + std::to_string(z.classes) + " classes" : std::string()),
+                                  "boxes + scores (+ idxs) read once, the keep list (int64) written once", make));
   }
   return out;
 }

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace detops::harness {
+namespace detops::kit {
 
 // The four corner columns of K rois, each [K] fp64.
 struct RoiCorners {
@@ -62,4 +62,4 @@ at::Tensor roi_batch_column(RoiBatchLayout layout, std::int64_t k, std::int64_t 
 // [K, 5] rois (batch index, x1, y1, x2, y2).
 at::Tensor stack_rois(const at::Tensor& batch_index, const RoiCorners& r);
 
-}  // namespace detops::harness
+}  // namespace detops::kit

@@ -1,84 +1,25 @@
 // The box IoU family's op specs: the four pairwise ops (forward only) share one case generator, the four
 // element-wise losses (forward and backward) another. Seeded cases (the OPS.md regression cases among
 // them), how to run the op and the reference, bad inputs, determinism and tolerances.
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-
-#include <cmath>
-#include <limits>
-#include <stdexcept>
-#include <utility>
+#include "kit/spec_prelude.h"
 
 #include "box_iou/box_iou_torch.h"
-#include "detops/harness/eigen_bridge.h"
-#include "detops/harness/bench_inputs.h"
-#include "detops/harness/op_spec.h"
 #include "detops/reference/box_iou_reference.h"
+#include "kit/box_cases.h"
+#include "kit/feature_cases.h"
+#include "kit/half_accumulation.h"
 
 namespace detops {
 namespace {
 
-using harness::BadInputCase;
-using harness::CaseData;
-using harness::Device;
-using harness::OpCase;
-using harness::OpSpec;
-using harness::Tensors;
-
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
-const double kInf = std::numeric_limits<double>::infinity();
-
-at::TensorOptions f64() { return at::TensorOptions().dtype(at::kDouble); }
-
-at::Tensor uniform(at::Generator& gen, std::int64_t n, double lo, double hi) {
-  return at::rand({n}, gen, f64()) * (hi - lo) + lo;
-}
-
-at::Tensor from_center_size(const at::Tensor& cx, const at::Tensor& cy, const at::Tensor& w, const at::Tensor& h) {
-  return at::stack({cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2}, 1);
-}
-
-// n boxes with centers uniform in [c_lo, c_hi]^2 and sides uniform in [s_lo, s_hi].
-at::Tensor random_boxes(at::Generator& gen, std::int64_t n, double c_lo, double c_hi, double s_lo, double s_hi) {
-  const at::Tensor cx = uniform(gen, n, c_lo, c_hi), cy = uniform(gen, n, c_lo, c_hi);
-  return from_center_size(cx, cy, uniform(gen, n, s_lo, s_hi), uniform(gen, n, s_lo, s_hi));
-}
-
-// n boxes with integer coordinates: corner in [0, span), sides in [s_lo, s_hi]. Small integers are exact
-// in every dtype (bf16 holds integers up to 256 exactly), so ties and touching edges survive rounding.
-at::Tensor integer_boxes(at::Generator& gen, std::int64_t n, std::int64_t span, std::int64_t s_lo, std::int64_t s_hi) {
-  const at::Tensor x1 = at::randint(0, span, {n}, gen, f64()), y1 = at::randint(0, span, {n}, gen, f64());
-  const at::Tensor w = at::randint(s_lo, s_hi + 1, {n}, gen, f64()), h = at::randint(s_lo, s_hi + 1, {n}, gen, f64());
-  return at::stack({x1, y1, x1 + w, y1 + h}, 1);
-}
-
-at::Tensor col(const at::Tensor& b, std::int64_t k) { return b.select(1, k); }
-
-at::Tensor with_columns(const at::Tensor& x1, const at::Tensor& y1, const at::Tensor& x2, const at::Tensor& y2) {
-  return at::stack({x1, y1, x2, y2}, 1);
-}
-
-// Rows of integer boxes cycling through every kind of degenerate box, and valid ones.
-at::Tensor mixed_degenerate_boxes(at::Generator& gen, std::int64_t n) {
-  const at::Tensor b = integer_boxes(gen, n, 24, 1, 8);
-  at::Tensor x1 = col(b, 0).clone(), y1 = col(b, 1).clone(), x2 = col(b, 2).clone(), y2 = col(b, 3).clone();
-  for (std::int64_t i = 0; i < n; ++i) {
-    switch (i % 7) {
-      case 0: break;                                                          // valid
-      case 1: { at::Tensor t = x1[i].clone(); x1[i] = x2[i]; x2[i] = t; } break;  // x2 < x1
-      case 2: { at::Tensor t = y1[i].clone(); y1[i] = y2[i]; y2[i] = t; } break;  // y2 < y1
-      case 3: {                                                               // both inverted: area > 0
-        at::Tensor t = x1[i].clone(); x1[i] = x2[i]; x2[i] = t;
-        t = y1[i].clone(); y1[i] = y2[i]; y2[i] = t;
-        break;
-      }
-      case 4: x2[i] = x1[i]; break;                                           // zero width
-      case 5: y2[i] = y1[i]; break;                                           // zero height
-      case 6: x2[i] = x1[i]; y2[i] = y1[i]; break;                            // a point
-    }
-  }
-  return with_columns(x1, y1, x2, y2);
-}
+using kit::col;
+using kit::from_center_size;
+using kit::integer_boxes;
+using kit::mixed_degenerate_boxes;
+using kit::overlapping_pairs;
+using kit::random_boxes;
+using kit::uniform;
+using kit::with_columns;
 
 // ---------------------------------------------------------------------------------------------------
 // Pairwise ops: boxes1 [N, 4] x boxes2 [M, 4] -> [N, M].
@@ -234,17 +175,14 @@ CaseData make_pairwise_case(BoxIouVariant variant, const PairwiseCaseConfig& cfg
     return Tensors{box_iou_pairwise(x, y, p)};
   };
   d.reference_forward = [p](const Tensors& in) {
-    return Tensors{harness::from_matrix(reference::box_iou_pairwise(p, harness::to_matrix(in[0]), harness::to_matrix(in[1])))};
+    return Tensors{kit::from_matrix(reference::box_iou_pairwise(p, kit::to_matrix(in[0]), kit::to_matrix(in[1])))};
   };
   return d;
 }
 
 std::vector<OpCase> pairwise_cases(BoxIouVariant variant) {
-  std::vector<OpCase> cases;
-  std::uint64_t seed = 0xB0C1'0000 + (static_cast<std::uint64_t>(variant) << 12);
-  auto add = [&](const std::string& name, PairwiseCaseConfig cfg) {
-    cases.push_back(OpCase{name, ++seed, [variant, cfg](std::uint64_t s) { return make_pairwise_case(variant, cfg, s); }, {}});
-  };
+  kit::CaseList<PairwiseCaseConfig> add(0xB0C1'0000 + (static_cast<std::uint64_t>(variant) << 12),
+                                      [variant](const PairwiseCaseConfig& cfg, std::uint64_t s) { return make_pairwise_case(variant, cfg, s); });
   using L = PairLayout;
   PairwiseCaseConfig c;
   c = {}; add("random_7x9", c);
@@ -290,7 +228,7 @@ std::vector<OpCase> pairwise_cases(BoxIouVariant variant) {
   c = {}; c.n = 3000; c.m = 2000; add("large_3000x2000", c);
   c = {}; c.layout = L::kIdenticalZeroArea; c.n = c.m = 6; c.eps = 0; add("eps_zero_identical_zero_area", c);
   c = {}; c.n = c.m = 12; c.eps = 0.5; add("eps_half", c);
-  return cases;
+  return std::move(add.cases);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -332,16 +270,6 @@ const char* kink_reason(LossLayout l) {
     case LossLayout::kInf: return "non-finite coordinates: nothing to differentiate";
     default: return "degenerate boxes (inverted or zero extents): ties and sign changes at the kinks of the definition";
   }
-}
-
-// n pairs around one another: boxes2 centered within ~0.4 sides of boxes1, sides scaled by [0.5, 1.5].
-std::pair<at::Tensor, at::Tensor> overlapping_pairs(at::Generator& gen, std::int64_t n, double c_lo, double c_hi,
-                                                    double s_lo, double s_hi) {
-  const at::Tensor a = random_boxes(gen, n, c_lo, c_hi, s_lo, s_hi);
-  const at::Tensor w = col(a, 2) - col(a, 0), h = col(a, 3) - col(a, 1);
-  const at::Tensor cx = (col(a, 0) + col(a, 2)) / 2 + at::randn({n}, gen, f64()) * 0.4 * w;
-  const at::Tensor cy = (col(a, 1) + col(a, 3)) / 2 + at::randn({n}, gen, f64()) * 0.4 * h;
-  return {a, from_center_size(cx, cy, w * uniform(gen, n, 0.5, 1.5), h * uniform(gen, n, 0.5, 1.5))};
 }
 
 std::pair<at::Tensor, at::Tensor> loss_candidates(LossLayout layout, at::Generator& gen, std::int64_t n) {
@@ -476,7 +404,7 @@ struct LossCaseConfig {
 };
 
 at::Tensor reference_loss_tensor(const BoxIouLossParams& p, const reference::Vectord& v) {
-  const at::Tensor t = harness::from_vector(v);
+  const at::Tensor t = kit::from_vector(v);
   return p.reduction == LossReduction::kNone ? t : t.reshape({});
 }
 
@@ -500,12 +428,12 @@ CaseData make_loss_case(BoxIouVariant variant, const LossCaseConfig& cfg, std::u
     return Tensors{g1, g2};
   };
   d.reference_forward = [p](const Tensors& in) {
-    return Tensors{reference_loss_tensor(p, reference::box_iou_loss_forward(p, harness::to_matrix(in[0]), harness::to_matrix(in[1])))};
+    return Tensors{reference_loss_tensor(p, reference::box_iou_loss_forward(p, kit::to_matrix(in[0]), kit::to_matrix(in[1])))};
   };
   d.reference_backward = [p](const Tensors& in, const Tensors& grad) {
     const reference::BoxIouLossGrads g = reference::box_iou_loss_backward(
-        p, harness::to_matrix(in[0]), harness::to_matrix(in[1]), harness::to_vector(grad[0].reshape({-1})));
-    return Tensors{harness::from_matrix(g.boxes1), harness::from_matrix(g.boxes2)};
+        p, kit::to_matrix(in[0]), kit::to_matrix(in[1]), kit::to_vector(grad[0].reshape({-1})));
+    return Tensors{kit::from_matrix(g.boxes1), kit::from_matrix(g.boxes2)};
   };
   if (variant == BoxIouVariant::kCIoU) {
     // The backward holds alpha constant (torchvision computes it under no_grad): the finite-difference
@@ -514,25 +442,19 @@ CaseData make_loss_case(BoxIouVariant variant, const LossCaseConfig& cfg, std::u
       return Tensors{complete_box_iou_loss_alpha_at(x[0], x[1], x0[0], x0[1], p)};
     };
     d.reference_gradient_target = [p](const Tensors& x, const Tensors& x0) {
-      const reference::Matrixd a0 = harness::to_matrix(x0[0]), b0 = harness::to_matrix(x0[1]);
+      const reference::Matrixd a0 = kit::to_matrix(x0[0]), b0 = kit::to_matrix(x0[1]);
       return Tensors{reference_loss_tensor(
-          p, reference::box_iou_loss_forward(p, harness::to_matrix(x[0]), harness::to_matrix(x[1]), &a0, &b0))};
+          p, reference::box_iou_loss_forward(p, kit::to_matrix(x[0]), kit::to_matrix(x[1]), &a0, &b0))};
     };
   }
-  if (cfg.stride0_grad) {
-    // What `loss.sum().backward()` hands the backward: one value expanded to the loss's shape.
-    d.make_grad_output = [](const at::Tensor& out, std::uint64_t) { return at::ones({}, out.options()).expand(out.sizes()); };
-  }
+  if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
   if (!kink_free_layout(cfg.layout)) d.gradcheck_skip_reason = kink_reason(cfg.layout);
   return d;
 }
 
 std::vector<OpCase> loss_cases(BoxIouVariant variant) {
-  std::vector<OpCase> cases;
-  std::uint64_t seed = 0xB0C2'0000 + (static_cast<std::uint64_t>(variant) << 12);
-  auto add = [&](const std::string& name, LossCaseConfig cfg) {
-    cases.push_back(OpCase{name, ++seed, [variant, cfg](std::uint64_t s) { return make_loss_case(variant, cfg, s); }, {}});
-  };
+  kit::CaseList<LossCaseConfig> add(0xB0C2'0000 + (static_cast<std::uint64_t>(variant) << 12),
+                                  [variant](const LossCaseConfig& cfg, std::uint64_t s) { return make_loss_case(variant, cfg, s); });
   using L = LossLayout;
   constexpr LossReduction kMean = LossReduction::kMean, kSum = LossReduction::kSum;
   LossCaseConfig c;
@@ -580,15 +502,18 @@ std::vector<OpCase> loss_cases(BoxIouVariant variant) {
   c = {}; c.layout = L::kNaN; add("nan_coordinates", c);
   c = {}; c.layout = L::kInf; c.reduction = kSum; add("inf_coordinates_sum", c);
   c = {}; c.layout = L::kIntegerGrid; c.n = 24; add("integer_grid_ties", c);
-  return cases;
+  // Sums of thousands of terms (kit/half_accumulation.h): 2 * 4096 overlapping pairs, losses 0..~1.5 (~0.6 on
+  // average); the running sum of an fp16 (bf16) accumulator stalls near 2048 (256) of the true ~5000.
+  c = {}; c.n = 2 * kit::kHalfAccumulationTerms; c.reduction = kSum; add("half_accumulation_sum_8192_pairs", c);
+  c = {}; c.n = 2 * kit::kHalfAccumulationTerms; c.reduction = kMean; add("half_accumulation_mean_8192_pairs", c);
+  return std::move(add.cases);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Bad inputs and valid calls.
 
-using BadCall = std::function<void(const at::Device&)>;
-
-at::TensorOptions f32_on(const at::Device& d) { return at::TensorOptions().dtype(at::kFloat).device(d); }
+using kit::f32_on;
+using kit::other_device;
 
 at::Tensor good_boxes(const at::Device& d, std::int64_t n) {
   return (at::arange(n * 4, at::TensorOptions().dtype(at::kFloat)).view({n, 4}) * at::tensor({1.0f, 1.0f, 2.0f, 2.0f}) +
@@ -596,62 +521,71 @@ at::Tensor good_boxes(const at::Device& d, std::int64_t n) {
       .to(d);
 }
 
-at::Tensor other_device(const at::Tensor& t, const at::Device& d) { return d.is_cpu() ? t.to(at::kMeta) : t.cpu(); }
+// The checks of boxes1 and boxes2 both lists make, in this order, with the op's own check third: boxes1 with
+// five columns, boxes2 flattened, boxes2 of another float dtype, integer boxes, boxes2 on another device.
+struct BoxArgumentChecks {
+  std::function<void(const at::Tensor& boxes1, const at::Tensor& boxes2)> call;
+  std::int64_t n1, n2;        // a valid pair's box counts
+  std::int64_t flat1, flat2;  // the counts of boxes2_one_dimensional (boxes2 flattened)
+  std::string boxes2_rows;    // how the op names boxes2's shape
+  at::ScalarType other_float, integer;
+  BadInputCase third;
+};
 
-void add_bad(std::vector<BadInputCase>& bad, std::string name, BadCall call, std::vector<std::string> words) {
-  bad.push_back({std::move(name), std::move(call), std::move(words)});
+void add_box_argument_checks(kit::BadInputs& bad, const BoxArgumentChecks& c) {
+  const auto call = c.call;
+  const std::int64_t n1 = c.n1, n2 = c.n2, flat1 = c.flat1, flat2 = c.flat2;
+  const at::ScalarType other_float = c.other_float, integer = c.integer;
+  bad.add("boxes1_five_columns", [=](const at::Device& d) { call(at::zeros({n1, 5}, f32_on(d)), good_boxes(d, n2)); },
+          {"boxes1", "[N, 4]", "[" + std::to_string(n1) + ", 5]"});
+  bad.add("boxes2_one_dimensional", [=](const at::Device& d) { call(good_boxes(d, flat1), good_boxes(d, flat2).view({-1})); },
+          {"boxes2", c.boxes2_rows, "[" + std::to_string(4 * flat2) + "]"});
+  bad.cases.push_back(c.third);
+  bad.add("dtype_mismatch", [=](const at::Device& d) { call(good_boxes(d, n1), good_boxes(d, n2).to(other_float)); },
+          {"boxes2 dtype", "boxes1 dtype"});
+  bad.add("integer_boxes", [=](const at::Device& d) { call(good_boxes(d, n1).to(integer), good_boxes(d, n2).to(integer)); },
+          {"boxes1", "float64, float32, float16 or bfloat16"});
+  bad.add("boxes2_on_other_device", [=](const at::Device& d) { call(good_boxes(d, n1), other_device(good_boxes(d, n2), d)); },
+          {"boxes1 and boxes2", "same device"});
 }
 
 std::vector<BadInputCase> pairwise_bad_inputs(BoxIouVariant v) {
   const BoxIouParams p{v, 1e-7};
-  std::vector<BadInputCase> bad;
-  add_bad(bad, "boxes1_five_columns", [=](const at::Device& d) { box_iou_pairwise(at::zeros({3, 5}, f32_on(d)), good_boxes(d, 2), p); },
-          {"boxes1", "[N, 4]", "[3, 5]"});
-  add_bad(bad, "boxes2_one_dimensional", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), good_boxes(d, 2).view({-1}), p); },
-          {"boxes2", "[M, 4]", "[8]"});
-  add_bad(bad, "boxes1_three_dimensional", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 4).view({2, 2, 4}), good_boxes(d, 2), p); },
-          {"boxes1", "[N, 4]"});
-  add_bad(bad, "dtype_mismatch", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), good_boxes(d, 2).to(at::kDouble), p); },
-          {"boxes2 dtype", "boxes1 dtype"});
-  add_bad(bad, "integer_boxes", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3).to(at::kInt), good_boxes(d, 2).to(at::kInt), p); },
-          {"boxes1", "float64, float32, float16 or bfloat16"});
-  add_bad(bad, "boxes2_on_other_device", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), other_device(good_boxes(d, 2), d), p); },
-          {"boxes1 and boxes2", "same device"});
-  add_bad(bad, "negative_eps", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), good_boxes(d, 2), {v, -1e-7}); },
+  kit::BadInputs bad;
+  add_box_argument_checks(
+      bad, {[p](const at::Tensor& b1, const at::Tensor& b2) { box_iou_pairwise(b1, b2, p); }, 3, 2, 3, 2, "[M, 4]",
+            at::kDouble, at::kInt,
+            {"boxes1_three_dimensional",
+             [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 4).view({2, 2, 4}), good_boxes(d, 2), p); },
+             {"boxes1", "[N, 4]"}}});
+  bad.add("negative_eps", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), good_boxes(d, 2), {v, -1e-7}); },
           {"eps", ">= 0"});
-  add_bad(bad, "nan_eps", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), good_boxes(d, 2), {v, kNaN}); }, {"eps", "finite"});
-  return bad;
+  bad.add("nan_eps", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), good_boxes(d, 2), {v, kNaN}); }, {"eps", "finite"});
+  return std::move(bad.cases);
 }
 
 std::vector<BadInputCase> loss_bad_inputs(BoxIouVariant v) {
   const BoxIouLossParams p{v, LossReduction::kNone, 1e-7};
   const BoxIouLossParams mean{v, LossReduction::kMean, 1e-7};
-  std::vector<BadInputCase> bad;
-  add_bad(bad, "boxes1_five_columns", [=](const at::Device& d) { box_iou_loss_forward(at::zeros({2, 5}, f32_on(d)), good_boxes(d, 2), p); },
-          {"boxes1", "[N, 4]", "[2, 5]"});
-  add_bad(bad, "boxes2_one_dimensional", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 1), good_boxes(d, 1).view({-1}), p); },
-          {"boxes2", "[N, 4]", "[4]"});
-  add_bad(bad, "different_box_counts", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 3), good_boxes(d, 2), p); },
-          {"same number of boxes", "3 and 2"});
-  add_bad(bad, "dtype_mismatch", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 2), good_boxes(d, 2).to(at::kHalf), p); },
-          {"boxes2 dtype", "boxes1 dtype"});
-  add_bad(bad, "integer_boxes", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 2).to(at::kLong), good_boxes(d, 2).to(at::kLong), p); },
-          {"boxes1", "float64, float32, float16 or bfloat16"});
-  add_bad(bad, "boxes2_on_other_device", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 2), other_device(good_boxes(d, 2), d), p); },
-          {"boxes1 and boxes2", "same device"});
-  add_bad(bad, "invalid_reduction", [=](const at::Device&) { make_box_iou_loss_params(v, "average", 1e-7); },
+  kit::BadInputs bad;
+  add_box_argument_checks(
+      bad, {[p](const at::Tensor& b1, const at::Tensor& b2) { box_iou_loss_forward(b1, b2, p); }, 2, 2, 1, 1, "[N, 4]",
+            at::kHalf, at::kLong,
+            {"different_box_counts", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 3), good_boxes(d, 2), p); },
+             {"same number of boxes", "3 and 2"}}});
+  bad.add("invalid_reduction", [=](const at::Device&) { make_box_iou_loss_params(v, "average", 1e-7); },
           {"reduction", "'none', 'mean' or 'sum'", "'average'"});
-  add_bad(bad, "negative_eps", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 2), good_boxes(d, 2), {v, LossReduction::kSum, -1.0}); },
+  bad.add("negative_eps", [=](const at::Device& d) { box_iou_loss_forward(good_boxes(d, 2), good_boxes(d, 2), {v, LossReduction::kSum, -1.0}); },
           {"eps", ">= 0"});
-  add_bad(bad, "backward_grad_wrong_shape", [=](const at::Device& d) {
+  bad.add("backward_grad_wrong_shape", [=](const at::Device& d) {
         box_iou_loss_backward(at::ones({3}, f32_on(d)), good_boxes(d, 2), good_boxes(d, 2), p); }, {"grad", "[2]", "[3]"});
-  add_bad(bad, "backward_grad_not_scalar_for_mean", [=](const at::Device& d) {
+  bad.add("backward_grad_not_scalar_for_mean", [=](const at::Device& d) {
         box_iou_loss_backward(at::ones({2}, f32_on(d)), good_boxes(d, 2), good_boxes(d, 2), mean); }, {"grad", "0-d", "'mean'"});
-  add_bad(bad, "backward_grad_dtype_mismatch", [=](const at::Device& d) {
+  bad.add("backward_grad_dtype_mismatch", [=](const at::Device& d) {
         box_iou_loss_backward(at::ones({2}, f32_on(d).dtype(at::kHalf)), good_boxes(d, 2).to(at::kHalf),
                               good_boxes(d, 2).to(at::kHalf), p); },
           {"grad dtype", "Half", "must be the loss's dtype, Float"});
-  return bad;
+  return std::move(bad.cases);
 }
 
 // [0, 0, 2, 2] against [1, 1, 3, 3]: intersection 1, union 7, enclosing 3 x 3, centers sqrt(2) apart,
@@ -682,33 +616,24 @@ at::Tensor overlapping_square(const at::Device& d, float offset) {
 std::vector<harness::BenchCase> pairwise_benchmarks(BoxIouVariant v) {
   const BoxIouParams params{v, 1e-7};
   const std::uint64_t seed = 9401 + 10 * static_cast<std::uint64_t>(v);
-  harness::BenchCase bc;
-  bc.name = "boxes_4000x4000";
-  bc.shape = "boxes1[4000,4] boxes2[4000,4] -> [4000,4000]";
-  bc.bytes_note = "boxes1 + boxes2 + output (fp32 for fp16/bf16 boxes)";
-  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
-  bc.make = [=](DType dtype) {
+  auto make = [=](DType dtype) {
     const at::Tensor b1 = harness::bench_to_cuda(harness::bench_image_boxes(4000, seed), dtype);
     const at::Tensor b2 = harness::bench_to_cuda(harness::bench_image_boxes(4000, seed + 1), dtype);
     const at::Tensor out = box_iou_pairwise(b1, b2, params);
     harness::BenchInstance inst;
     inst.forward = [b1, b2, params] { (void)box_iou_pairwise(b1, b2, params); };
-    inst.bytes_forward = harness::bench_bytes(b1) + harness::bench_bytes(b2) + harness::bench_bytes(out);
+    inst.bytes_forward = kit::bench_bytes({b1, b2, out});
     return inst;
   };
-  return {bc};
+  return {kit::bench_case("boxes_4000x4000", "boxes1[4000,4] boxes2[4000,4] -> [4000,4000]",
+                          "boxes1 + boxes2 + output (fp32 for fp16/bf16 boxes)", make)};
 }
 
 std::vector<harness::BenchCase> loss_benchmarks(BoxIouVariant v) {
   const BoxIouLossParams params = make_box_iou_loss_params(v, "sum", 1e-7);
   const std::uint64_t seed = 9501 + 10 * static_cast<std::uint64_t>(v);
   const std::int64_t pairs = 240000;
-  harness::BenchCase bc;
-  bc.name = "pairs_240000_sum";
-  bc.shape = "boxes1[240000,4] boxes2[240000,4] reduction sum";
-  bc.bytes_note = "fwd: boxes1 + boxes2 + the 0-d loss; bwd: grad (0-d) + boxes1 + boxes2 + grad_boxes1 + grad_boxes2";
-  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
-  bc.make = [=](DType dtype) {
+  auto make = [=](DType dtype) {
     const auto [targets, predictions] = harness::bench_box_pairs(pairs, seed);
     const at::Tensor b1 = harness::bench_to_cuda(predictions, dtype);
     const at::Tensor b2 = harness::bench_to_cuda(targets, dtype);
@@ -717,18 +642,17 @@ std::vector<harness::BenchCase> loss_benchmarks(BoxIouVariant v) {
     harness::BenchInstance inst;
     inst.forward = [b1, b2, params] { (void)box_iou_loss_forward(b1, b2, params); };
     inst.backward = [grad, b1, b2, params] { (void)box_iou_loss_backward(grad, b1, b2, params); };
-    inst.bytes_forward = harness::bench_bytes(b1) + harness::bench_bytes(b2) + harness::bench_bytes(out);
-    inst.bytes_backward = harness::bench_bytes(grad) + 4 * harness::bench_bytes(b1);
+    inst.bytes_forward = kit::bench_bytes({b1, b2, out});
+    inst.bytes_backward = kit::bench_bytes({grad, b1, b2, b1, b2});  // b1 and b2 are the same size
     return inst;
   };
-  return {bc};
+  return {kit::bench_case("pairs_240000_sum", "boxes1[240000,4] boxes2[240000,4] reduction sum",
+                          "fwd: boxes1 + boxes2 + the 0-d loss; bwd: grad (0-d) + boxes1 + boxes2 + grad_boxes1 + grad_boxes2",
+                          make)};
 }
 
 OpSpec pairwise_spec(BoxIouVariant v) {
-  OpSpec spec;
-  spec.name = box_iou_pairwise_op_name(v);
-  spec.cases = pairwise_cases(v);
-  spec.bad_inputs = pairwise_bad_inputs(v);
+  OpSpec spec = kit::op_spec(box_iou_pairwise_op_name(v), pairwise_cases(v), pairwise_bad_inputs(v));
   spec.has_backward = false;
   spec.valid_call = [v](const at::Device& d) {
     check_valid_value(box_iou_pairwise_op_name(v),
@@ -742,10 +666,7 @@ OpSpec pairwise_spec(BoxIouVariant v) {
 }
 
 OpSpec loss_spec(BoxIouVariant v) {
-  OpSpec spec;
-  spec.name = box_iou_loss_op_name(v);
-  spec.cases = loss_cases(v);
-  spec.bad_inputs = loss_bad_inputs(v);
+  OpSpec spec = kit::op_spec(box_iou_loss_op_name(v), loss_cases(v), loss_bad_inputs(v));
   spec.valid_call = [v](const at::Device& d) {
     check_valid_value(box_iou_loss_op_name(v),
                       box_iou_loss_forward(overlapping_square(d, 0), overlapping_square(d, 1), {v, LossReduction::kMean, 1e-7}),

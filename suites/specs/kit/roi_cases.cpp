@@ -1,4 +1,4 @@
-#include "detops/harness/roi_cases.h"
+#include "kit/roi_cases.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
@@ -10,7 +10,7 @@
 #include <limits>
 #include <utility>
 
-namespace detops::harness {
+namespace detops::kit {
 namespace {
 
 at::TensorOptions f64() { return at::TensorOptions().dtype(at::kDouble); }
@@ -98,4 +98,4 @@ at::Tensor stack_rois(const at::Tensor& batch_index, const RoiCorners& r) {
   return at::stack({batch_index, r.x1, r.y1, r.x2, r.y2}, 1);
 }
 
-}  // namespace detops::harness
+}  // namespace detops::kit

@@ -1,39 +1,29 @@
 // RoIAlign's op spec: seeded cases (the OPS.md regression cases among them), how to run the op and the
 // reference, bad inputs, determinism and tolerances.
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-
-#include <cmath>
-#include <limits>
+#include "kit/spec_prelude.h"
 
 #include "detops/harness/checks.h"
-#include "detops/harness/bench_inputs.h"
-#include "detops/harness/eigen_bridge.h"
-#include "detops/harness/op_spec.h"
-#include "detops/harness/roi_cases.h"
 #include "detops/reference/roi_align_reference.h"
+#include "kit/feature_cases.h"
+#include "kit/half_accumulation.h"
+#include "kit/roi_case_runs.h"
+#include "kit/roi_cases.h"
 #include "roi_align/roi_align_torch.h"
 
 namespace detops {
 namespace {
 
-using harness::CaseData;
-using harness::Device;
-using harness::OpCase;
-using harness::OpSpec;
-using harness::Tensors;
+enum class RoiLayout {
+  kRandom, kOutside, kPartlyOutside, kDegenerate, kZeroSize, kNaN, kWholeMap, kMapBorder, kHuge,
+  kHalfAccumulation,  // kHalfAccumulationTerms rois on each of four pixels, one sample each, at the pixel itself
+};
+using BatchLayout = kit::RoiBatchLayout;
 
-enum class RoiLayout { kRandom, kOutside, kPartlyOutside, kDegenerate, kZeroSize, kNaN, kWholeMap, kMapBorder, kHuge };
-using BatchLayout = harness::RoiBatchLayout;
-
-struct RoiAlignCaseConfig {
-  std::int64_t batch = 2, channels = 3, height = 12, width = 15, num_rois = 6;
+struct RoiAlignCaseConfig : kit::RoiCaseShape {
   RoiAlignParams params;
   RoiLayout rois = RoiLayout::kRandom;
   BatchLayout batches = BatchLayout::kSpread;
-  bool noncontiguous_input = false;
-  bool noncontiguous_rois = false;
-  bool stride0_grad = false;
+  bool half_accumulation = false;  // features from kit::half_accumulation_values, grad_output positive
 };
 
 // Rois in input-image coordinates (feature size / spatial_scale).
@@ -41,15 +31,15 @@ at::Tensor make_rois(const RoiAlignCaseConfig& cfg, at::Generator& gen) {
   const double img_h = static_cast<double>(cfg.height) / cfg.params.spatial_scale;
   const double img_w = static_cast<double>(cfg.width) / cfg.params.spatial_scale;
   const std::int64_t k = cfg.num_rois;
-  harness::RoiCorners r = harness::random_image_rois(k, img_w, img_h, gen).corners;
+  kit::RoiCorners r = kit::random_image_rois(k, img_w, img_h, gen).corners;
   switch (cfg.rois) {
     case RoiLayout::kRandom: break;
-    case RoiLayout::kOutside: harness::move_outside(r, img_w, img_h); break;
-    case RoiLayout::kPartlyOutside: harness::move_partly_outside(r, img_w, img_h); break;
-    case RoiLayout::kDegenerate: harness::invert(r); break;
-    case RoiLayout::kZeroSize: harness::collapse_to_points(r); break;
-    case RoiLayout::kNaN: harness::set_nan_corners(r); break;
-    case RoiLayout::kWholeMap: r = harness::cycled_rows(k, {{0, 0, img_w, img_h}}); break;
+    case RoiLayout::kOutside: kit::move_outside(r, img_w, img_h); break;
+    case RoiLayout::kPartlyOutside: kit::move_partly_outside(r, img_w, img_h); break;
+    case RoiLayout::kDegenerate: kit::invert(r); break;
+    case RoiLayout::kZeroSize: kit::collapse_to_points(r); break;
+    case RoiLayout::kNaN: kit::set_nan_corners(r); break;
+    case RoiLayout::kWholeMap: r = kit::cycled_rows(k, {{0, 0, img_w, img_h}}); break;
     case RoiLayout::kMapBorder: {
       // One sample per bin (sampling_ratio 1, 1x1 bins, aligned=false, scale 1): the sample sits at the
       // roi's center, so these land exactly on y = -1, y = H, x = -1, x = W and just outside them.
@@ -57,63 +47,59 @@ at::Tensor make_rois(const RoiAlignCaseConfig& cfg, at::Generator& gen) {
       const double centers[][2] = {{-1, 3}, {h, 3}, {3, -1}, {3, w}, {-1.001, 3}, {h + 0.001, 3}, {h - 1, w - 1}, {-0.5, -0.5}};
       std::vector<std::array<double, 4>> rows;
       for (const auto& c : centers) rows.push_back({c[1] - 0.5, c[0] - 0.5, (c[1] - 0.5) + 1, (c[0] - 0.5) + 1});
-      r = harness::cycled_rows(k, rows);
+      r = kit::cycled_rows(k, rows);
       break;
     }
     case RoiLayout::kHuge:  // far larger than the adaptive-grid cap
-      r = harness::cycled_rows(k, {{-1e6, -2e6, 1e6, 3e6}});
+      r = kit::cycled_rows(k, {{-1e6, -2e6, 1e6, 3e6}});
+      break;
+    case RoiLayout::kHalfAccumulation:
+      // Legacy mode, sampling_ratio 1, 1x1 bins, scale 1: a roi [x - 0.5, x + 0.5] samples at x, weight 1.
+      r = kit::half_accumulation_rois(kit::half_accumulation_pixel_rows(
+          [](double y, double x) { return std::array<double, 4>{x - 0.5, y - 0.5, x + 0.5, y + 0.5}; }));
       break;
   }
-  return harness::stack_rois(harness::roi_batch_column(cfg.batches, k, cfg.batch), r);
+  return kit::stack_rois(kit::roi_batch_column(cfg.batches, k, cfg.batch), r);
 }
 
 CaseData make_case(const RoiAlignCaseConfig& cfg, std::uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   CaseData d;
+  const std::vector<std::int64_t> sizes{cfg.batch, cfg.channels, cfg.height, cfg.width};
   const at::Tensor input =
-      at::rand({cfg.batch, cfg.channels, cfg.height, cfg.width}, gen, at::TensorOptions().dtype(at::kDouble)) * 2 - 1;
+      cfg.half_accumulation ? kit::half_accumulation_values(sizes, gen) : kit::uniform_features(sizes, gen);
   d.inputs = {input, make_rois(cfg, gen)};
   d.differentiable = {0};
   const RoiAlignParams p = cfg.params;
   const std::array<std::int64_t, 4> shape{cfg.batch, cfg.channels, cfg.height, cfg.width};
   d.op_forward = [p, cfg](const Tensors& in) {
     at::Tensor x = in[0], rois = in[1];
-    if (cfg.noncontiguous_input) x = x.transpose(2, 3).contiguous().transpose(2, 3);  // same values, W-major strides
-    if (cfg.noncontiguous_rois) rois = at::cat({rois, rois}, 1).slice(1, 0, 5);    // row stride 10
+    if (cfg.noncontiguous_input) x = kit::w_major(x);
+    if (cfg.noncontiguous_rois) rois = kit::row_stride_10(rois);
     return Tensors{roi_align_forward(x, rois, p)};
   };
   d.op_backward = [p, shape](const Tensors& in, const Tensors& grad) {
     return Tensors{roi_align_backward(grad[0], in[1], p, shape)};
   };
   d.reference_forward = [p](const Tensors& in) {
-    return Tensors{harness::from_tensor4d(reference::roi_align_forward(p, harness::to_tensor4d(in[0]), harness::to_matrix(in[1])))};
+    return Tensors{kit::from_tensor4d(reference::roi_align_forward(p, kit::to_tensor4d(in[0]), kit::to_matrix(in[1])))};
   };
   d.reference_backward = [p, shape](const Tensors& in, const Tensors& grad) {
-    return Tensors{harness::from_tensor4d(reference::roi_align_backward(
-        p, harness::to_tensor4d(grad[0]), harness::to_matrix(in[1]), {shape[0], shape[1], shape[2], shape[3]}))};
+    return Tensors{kit::from_tensor4d(reference::roi_align_backward(
+        p, kit::to_tensor4d(grad[0]), kit::to_matrix(in[1]), {shape[0], shape[1], shape[2], shape[3]}))};
   };
   // Every output (and grad_input) element is a sum with nonnegative bilinear weights, so the sum of
   // |terms| is the same op applied to |input| (|grad_output|).
-  d.reference_forward_magnitude = [fwd = d.reference_forward](const Tensors& in) { return fwd({in[0].abs(), in[1]}); };
-  d.reference_backward_magnitude = [bwd = d.reference_backward](const Tensors& in, const Tensors& grad) {
-    return bwd(in, {grad[0].abs()});
-  };
-  if (cfg.stride0_grad) {
-    // What `out.sum().backward()` hands the backward: one value expanded to the output's shape.
-    d.make_grad_output = [](const at::Tensor& out, std::uint64_t) { return at::ones({}, out.options()).expand(out.sizes()); };
-  }
+  d.reference_forward_magnitude = kit::abs_input_magnitude(d.reference_forward);
+  d.reference_backward_magnitude = kit::abs_grad_magnitude(d.reference_backward);
+  if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
+  if (cfg.half_accumulation) d.make_grad_output = kit::half_accumulation_grad_output();
   if (cfg.rois == RoiLayout::kNaN) d.gradcheck_skip_reason = "NaN roi coordinates: nothing to differentiate through";
   return d;
 }
 
-std::string scale_name(double scale) { return "s" + std::to_string(static_cast<int>(std::lround(1.0 / scale))); }
-
 std::vector<OpCase> roi_align_cases() {
-  std::vector<OpCase> cases;
-  std::uint64_t seed = 0x2A11'0000;
-  auto add = [&](const std::string& name, RoiAlignCaseConfig cfg, std::map<Device, std::string> skip = {}) {
-    cases.push_back(OpCase{name, ++seed, [cfg](std::uint64_t s) { return make_case(cfg, s); }, std::move(skip)});
-  };
+  kit::CaseList<RoiAlignCaseConfig> add(0x2A11'0000, make_case);
 
   // The parameter grid: every sampling_ratio x aligned x pooled size, spatial_scale cycling 1/4..1/32.
   const double scales[] = {0.25, 0.125, 0.0625, 0.03125};
@@ -127,7 +113,7 @@ std::vector<OpCase> roi_align_cases() {
         cfg.height = 10 + n % 5;
         cfg.width = 13 + n % 7;
         add("grid_sr" + std::to_string(sr) + (aligned ? "_aligned_" : "_legacy_") + std::to_string(ps) + "x" +
-                std::to_string(ps) + "_" + scale_name(cfg.params.spatial_scale),
+                std::to_string(ps) + "_" + kit::scale_name(cfg.params.spatial_scale),
             cfg);
       }
     }
@@ -149,14 +135,7 @@ std::vector<OpCase> roi_align_cases() {
   c = {}; c.params = {0.25, 7, 7, 2, false}; c.rois = RoiLayout::kNaN; add("nan_coordinates_fixed_sr", c);
   c = {}; c.params = {0.0625, 7, 7, 0, true}; c.height = c.width = 1; add("feature_map_1x1", c);
   c = {}; c.params = {1.0, 2, 2, 2, false}; c.height = c.width = 1; add("feature_map_1x1_scale1", c);
-  c = {}; c.params = box_head; c.noncontiguous_input = true; add("noncontiguous_input", c);
-  c = {}; c.params = box_head; c.noncontiguous_rois = true; add("noncontiguous_rois", c);
-  c = {}; c.params = box_head; c.stride0_grad = true; add("stride0_grad_output", c);
-  c = {}; c.params = mask_head; c.stride0_grad = true; c.noncontiguous_input = true; add("stride0_grad_noncontiguous_input", c);
-  c = {}; c.params = {0.25, 2, 2, 1, true}; c.channels = 1; c.height = 6; c.width = 7; c.num_rois = 70000;
-  add("more_than_65535_rois", c);
-  c = {}; c.params = box_head; c.batch = 4; c.num_rois = 12; c.batches = BatchLayout::kAllInFirst; add("all_rois_in_first_image", c);
-  c = {}; c.params = box_head; c.batch = 4; c.num_rois = 12; add("rois_spread_over_batch", c);
+  kit::add_stride_and_batch_cases(add, box_head, mask_head, RoiAlignParams{0.25, 2, 2, 1, true});
   c = {}; c.params = box_head; c.batch = 3; c.batches = BatchLayout::kFractional; add("fractional_batch_index_truncates", c);
   c = {}; c.params = {1.0, 1, 1, 1, false}; c.rois = RoiLayout::kMapBorder; c.num_rois = 8; c.channels = 2; add("samples_on_map_border", c);
   c = {}; c.params = box_head; c.rois = RoiLayout::kWholeMap; add("roi_covers_whole_map", c);
@@ -170,54 +149,34 @@ std::vector<OpCase> roi_align_cases() {
   add("fpn_p2_box_head", c);
   c = {}; c.params = {0.03125, 14, 14, 0, true}; c.batch = 2; c.channels = 2; c.height = 25; c.width = 42; c.num_rois = 16;
   add("fpn_p5_mask_head_adaptive", c);
-  return cases;
+  // Sums of thousands of terms (kit/half_accumulation.h): an fp16 / bf16 kernel must accumulate in fp32.
+  // Forward: one 1x1 bin over the whole 16 x 16 map, a 64 x 64 sampling grid (4096 samples of values 24..40:
+  // an fp16 running sum passes 65504, a bf16 one stalls), output ~32.
+  c = {}; c.params = {1.0, 1, 1, 64, true}; c.batch = 1; c.channels = 2; c.height = c.width = 16; c.num_rois = 2;
+  c.rois = RoiLayout::kWholeMap; c.half_accumulation = true; add("half_accumulation_sampling_grid_4096", c);
+  // Backward: 4096 rois on each of four pixels (one sample at the pixel, weight 1), grad_output 0.5..1:
+  // each of those grad_input elements sums 4096 positive terms to ~3000.
+  c = {}; c.params = {1.0, 1, 1, 1, false}; c.batch = 1; c.channels = 2; c.height = c.width = 6;
+  c.num_rois = 4 * kit::kHalfAccumulationTerms; c.rois = RoiLayout::kHalfAccumulation; c.half_accumulation = true;
+  add("half_accumulation_overlapping_rois_backward", c);
+  return std::move(add.cases);
 }
 
 // Bad input: each call must raise an error naming the argument.
 std::vector<harness::BadInputCase> roi_align_bad_inputs() {
-  auto f32 = [](const at::Device& d) { return at::TensorOptions().dtype(at::kFloat).device(d); };
-  auto good_input = [f32](const at::Device& d) { return at::rand({2, 3, 8, 8}, f32(d)); };
-  auto good_rois = [f32](const at::Device& d) {
-    return at::tensor({0.0f, 1.0f, 1.0f, 5.0f, 6.0f, 1.0f, 0.0f, 0.0f, 4.0f, 4.0f}, f32(at::kCPU)).view({2, 5}).to(d);
-  };
   const RoiAlignParams p{1.0, 2, 2, 2, true};
-  std::vector<harness::BadInputCase> bad;
-  auto add = [&](std::string name, std::function<void(const at::Device&)> call, std::vector<std::string> words) {
-    bad.push_back({std::move(name), std::move(call), std::move(words)});
+  kit::BadInputs bad;
+  kit::RoiOpBadInputs op;
+  op.forward = [p](const at::Tensor& x, const at::Tensor& rois, kit::RoiParamFault fault) {
+    roi_align_forward(x, rois, kit::with_fault(p, fault));
   };
-  add("rois_wrong_columns", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d).slice(1, 0, 4), p); },
-      {"rois", "[K, 5]"});
-  add("rois_1d", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d).view({-1}), p); }, {"rois", "[K, 5]"});
-  add("input_3d", [=](const at::Device& d) { roi_align_forward(good_input(d)[0], good_rois(d), p); }, {"input", "4-D"});
-  add("batch_index_out_of_range", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[1][0] = 2; roi_align_forward(good_input(d), r, p); }, {"rois[1, 0]", "[0, 2)"});
-  add("batch_index_negative", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[0][0] = -1; roi_align_forward(good_input(d), r, p); }, {"rois[0, 0]", "[0, 2)"});
-  add("batch_index_nan", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[1][0] = NAN; roi_align_forward(good_input(d), r, p); }, {"rois[1, 0]", "batch index"});
-  add("backward_batch_index_out_of_range", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[0][0] = 7;
-        roi_align_backward(at::ones({2, 3, 2, 2}, f32(d)), r, p, {2, 3, 8, 8}); }, {"rois[0, 0]", "[0, 2)"});
-  add("rois_dtype_mismatch", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d).to(at::kDouble), p); },
-      {"rois dtype", "input dtype"});
-  add("integer_input", [=](const at::Device& d) { roi_align_forward(good_input(d).to(at::kInt), good_rois(d).to(at::kInt), p); },
-      {"input", "float64, float32, float16 or bfloat16"});
-  add("rois_on_other_device", [=](const at::Device& d) {
-        roi_align_forward(good_input(d), d.is_cpu() ? good_rois(d).to(at::kMeta) : good_rois(at::kCPU), p); },
-      {"input and rois", "same device"});
-  add("pooled_height_zero", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d), {1.0, 0, 2, 2, true}); },
-      {"pooled_height", "positive"});
-  add("pooled_width_negative", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d), {1.0, 2, -3, 2, true}); },
-      {"pooled_width", "positive"});
-  add("spatial_scale_zero", [=](const at::Device& d) { roi_align_forward(good_input(d), good_rois(d), {0.0, 2, 2, 2, true}); },
-      {"spatial_scale"});
-  add("sampling_ratio_too_large", [=](const at::Device& d) {
-        roi_align_forward(good_input(d), good_rois(d), {1.0, 2, 2, kRoiAlignMaxSamplingGrid + 1, true}); }, {"sampling_ratio"});
-  add("empty_feature_map_with_rois", [=](const at::Device& d) {
-        roi_align_forward(at::rand({2, 3, 0, 8}, f32(d)), good_rois(d), p); }, {"height and width"});
-  add("backward_grad_wrong_shape", [=](const at::Device& d) {
-        roi_align_backward(at::ones({2, 3, 3, 2}, f32(d)), good_rois(d), p, {2, 3, 8, 8}); }, {"grad", "[2, 3, 2, 2]"});
-  return bad;
+  op.backward = [p](const at::Tensor& grad, const at::Tensor& rois) { roi_align_backward(grad, rois, p, {2, 3, 8, 8}); };
+  kit::add_roi_op_bad_inputs(bad, op);
+  bad.add("sampling_ratio_too_large", [=](const at::Device& d) {
+            roi_align_forward(at::rand({2, 3, 8, 8}, kit::f32_on(d)), kit::good_rois(d), {1.0, 2, 2, kRoiAlignMaxSamplingGrid + 1, true});
+          },
+          {"sampling_ratio"});
+  return std::move(bad.cases);
 }
 
 // 64-bit indexing past 2^31 input elements (OPS.md: int32 overflow for big tensors). The input is
@@ -261,10 +220,10 @@ harness::CheckResult check_large_input(DType dtype, bool backward) {
     const at::Tensor crop_far = x.slice(2, far, side).slice(3, far, side).cpu();
     const at::Tensor crop_near = x.slice(2, 0, kCrop).slice(3, 0, kCrop).cpu();
     x.reset();
-    const at::Tensor ref_far = harness::from_tensor4d(
-        reference::roi_align_forward(p, harness::to_tensor4d(crop_far), harness::to_matrix(far_rois)));
-    const at::Tensor ref_near = harness::from_tensor4d(
-        reference::roi_align_forward(p, harness::to_tensor4d(crop_near), harness::to_matrix(near_rois)));
+    const at::Tensor ref_far = kit::from_tensor4d(
+        reference::roi_align_forward(p, kit::to_tensor4d(crop_far), kit::to_matrix(far_rois)));
+    const at::Tensor ref_near = kit::from_tensor4d(
+        reference::roi_align_forward(p, kit::to_tensor4d(crop_near), kit::to_matrix(near_rois)));
     r.comparisons.push_back(harness::compare_tensors(out.slice(0, 0, 2), ref_far, tol));
     r.comparisons.push_back(harness::compare_tensors(out.slice(0, 2, 3), ref_near, tol));
   } else {
@@ -278,10 +237,10 @@ harness::CheckResult check_large_input(DType dtype, bool backward) {
     const std::int64_t nonzero_crops = at::count_nonzero(gi_far).item<std::int64_t>() + at::count_nonzero(gi_near).item<std::int64_t>();
     r.properties["nonzero_outside_crops"] = std::to_string(nonzero_total - nonzero_crops);
     const at::Tensor g = grad_cpu.to(at::kDouble);
-    const at::Tensor ref_far = harness::from_tensor4d(reference::roi_align_backward(
-        p, harness::to_tensor4d(g.slice(0, 0, 2)), harness::to_matrix(far_rois), {1, 1, kCrop, kCrop}));
-    const at::Tensor ref_near = harness::from_tensor4d(reference::roi_align_backward(
-        p, harness::to_tensor4d(g.slice(0, 2, 3)), harness::to_matrix(near_rois), {1, 1, kCrop, kCrop}));
+    const at::Tensor ref_far = kit::from_tensor4d(reference::roi_align_backward(
+        p, kit::to_tensor4d(g.slice(0, 0, 2)), kit::to_matrix(far_rois), {1, 1, kCrop, kCrop}));
+    const at::Tensor ref_near = kit::from_tensor4d(reference::roi_align_backward(
+        p, kit::to_tensor4d(g.slice(0, 2, 3)), kit::to_matrix(near_rois), {1, 1, kCrop, kCrop}));
     r.comparisons.push_back(harness::compare_tensors(gi_far, ref_far, tol));
     r.comparisons.push_back(harness::compare_tensors(gi_near, ref_near, tol));
     if (nonzero_total != nonzero_crops) {
@@ -324,8 +283,8 @@ harness::CheckResult check_large_output(DType dtype, bool backward) {
   const at::Tensor map_cpu = (at::arange(kSide * kSide, f64).view({1, 1, kSide, kSide}) * 0.05).sin().to(st).to(at::kDouble);
   if (!backward) {
     const at::Tensor out = roi_align_forward(map_cpu.to(cuda), rois, p);
-    const at::Tensor ref = harness::from_tensor4d(
-        reference::roi_align_forward(p, harness::to_tensor4d(map_cpu), harness::to_matrix(edge_rois)));
+    const at::Tensor ref = kit::from_tensor4d(
+        reference::roi_align_forward(p, kit::to_tensor4d(map_cpu), kit::to_matrix(edge_rois)));
     compare_rows(out.slice(0, 0, kEdge).cpu(), ref.slice(0, 0, kEdge));
     compare_rows(out.slice(0, kRois - kEdge, kRois).cpu(), ref.slice(0, kEdge, 2 * kEdge));
     const std::int64_t nonzero_middle = at::count_nonzero(out.slice(0, kEdge, kRois - kEdge)).item<std::int64_t>();
@@ -341,10 +300,10 @@ harness::CheckResult check_large_output(DType dtype, bool backward) {
     grad.slice(0, kRois - kEdge, kRois).copy_(edge_grad.slice(0, kEdge, 2 * kEdge));
     grad.slice(0, kEdge, kRois - kEdge).fill_(1);  // rois outside the map: must contribute nothing
     const at::Tensor gi = roi_align_backward(grad, rois, p, {1, 1, kSide, kSide}).cpu();
-    const at::Tensor ref = harness::from_tensor4d(reference::roi_align_backward(
-        p, harness::to_tensor4d(edge_grad.to(at::kDouble)), harness::to_matrix(edge_rois), {1, 1, kSide, kSide}));
-    const at::Tensor mag = harness::from_tensor4d(reference::roi_align_backward(
-        p, harness::to_tensor4d(edge_grad.to(at::kDouble).abs()), harness::to_matrix(edge_rois), {1, 1, kSide, kSide}));
+    const at::Tensor ref = kit::from_tensor4d(reference::roi_align_backward(
+        p, kit::to_tensor4d(edge_grad.to(at::kDouble)), kit::to_matrix(edge_rois), {1, 1, kSide, kSide}));
+    const at::Tensor mag = kit::from_tensor4d(reference::roi_align_backward(
+        p, kit::to_tensor4d(edge_grad.to(at::kDouble).abs()), kit::to_matrix(edge_rois), {1, 1, kSide, kSide}));
     r.comparisons.push_back(harness::compare_tensors(gi, ref, tol, mag));
   }
   harness::summarize(r);
@@ -357,25 +316,18 @@ harness::BenchCase roi_align_bench_case(const std::string& name, std::int64_t nu
                                         std::uint64_t seed) {
   const RoiAlignParams params{0.25, pooled, pooled, 2, true};
   const std::array<std::int64_t, 4> shape{2, 256, 200, 336};
-  harness::BenchCase bc;
-  bc.name = name;
-  bc.shape = "x[2,256,200,336] rois[" + std::to_string(num_rois) + ",5] " + std::to_string(pooled) + "x" +
-             std::to_string(pooled) + " scale 1/4 sr2 aligned";
-  bc.bytes_note = "fwd: x + rois + output; bwd: grad_output + rois + grad_input read and written (atomic scatter)";
-  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
-  bc.make = [=](DType dtype) {
-    const at::Tensor x = harness::bench_randn_cuda({shape.begin(), shape.end()}, dtype, seed);
-    const at::Tensor rois = harness::bench_to_cuda(harness::bench_image_rois(num_rois, shape[0], seed + 1), dtype);
-    const at::Tensor out = roi_align_forward(x, rois, params);
-    const at::Tensor grad = harness::bench_randn_cuda(out.sizes().vec(), dtype, seed + 2);
-    harness::BenchInstance inst;
-    inst.forward = [x, rois, params] { (void)roi_align_forward(x, rois, params); };
-    inst.backward = [grad, rois, params, shape] { (void)roi_align_backward(grad, rois, params, shape); };
-    inst.bytes_forward = harness::bench_bytes(x) + harness::bench_bytes(rois) + harness::bench_bytes(out);
-    inst.bytes_backward = harness::bench_bytes(grad) + harness::bench_bytes(rois) + 2 * harness::bench_bytes(x);
-    return inst;
-  };
-  return bc;
+  const kit::RoiBench b{name,
+                        "x[2,256,200,336] rois[" + std::to_string(num_rois) + ",5] " + std::to_string(pooled) + "x" +
+                            std::to_string(pooled) + " scale 1/4 sr2 aligned",
+                        "fwd: x + rois + output; bwd: grad_output + rois + grad_input read and written (atomic scatter)",
+                        shape, num_rois, seed};
+  return kit::roi_bench_case(
+      b, [params](const at::Tensor& x, const at::Tensor& rois) {
+        return std::make_tuple(roi_align_forward(x, rois, params), at::Tensor());
+      },
+      [params, shape](const at::Tensor& grad, const at::Tensor&, const at::Tensor& rois, const at::Tensor&) {
+        (void)roi_align_backward(grad, rois, params, shape);
+      });
 }
 
 std::vector<harness::BenchCase> roi_align_benchmarks() {
@@ -386,10 +338,7 @@ std::vector<harness::BenchCase> roi_align_benchmarks() {
 }
 
 OpSpec roi_align_spec() {
-  OpSpec spec;
-  spec.name = "roi_align";
-  spec.cases = roi_align_cases();
-  spec.bad_inputs = roi_align_bad_inputs();
+  OpSpec spec = kit::op_spec("roi_align", roi_align_cases(), roi_align_bad_inputs());
   for (DType dtype : kAllDTypes) {
     for (bool backward : {false, true}) {
       spec.extra_checks.push_back({backward ? "large_index_backward" : "large_index_forward", dtype_name(dtype),

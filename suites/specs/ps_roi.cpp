@@ -1,26 +1,15 @@
 // The op specs of ps_roi_align and ps_roi_pool: seeded cases (the OPS.md regression cases among them), how
 // to run each op and its reference, bad inputs, determinism and tolerances.
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
+#include "kit/spec_prelude.h"
 
-#include <cmath>
-#include <limits>
-
-#include "detops/harness/eigen_bridge.h"
-#include "detops/harness/bench_inputs.h"
-#include "detops/harness/op_spec.h"
-#include "detops/harness/roi_cases.h"
 #include "detops/reference/ps_roi_reference.h"
+#include "kit/feature_cases.h"
+#include "kit/half_accumulation.h"
+#include "kit/roi_cases.h"
 #include "ps_roi/ps_roi_torch.h"
 
 namespace detops {
 namespace {
-
-using harness::CaseData;
-using harness::Device;
-using harness::OpCase;
-using harness::OpSpec;
-using harness::Tensors;
 
 enum class RoiLayout {
   kRandom,
@@ -37,8 +26,9 @@ enum class RoiLayout {
   kLastRowColumn,    // ps_roi_pool: rois ending on or past the map's last row and column
   kRoundingTies,     // ps_roi_pool: scaled coordinates exactly at n + 0.5, positive and negative
   kUnevenBins,       // ps_roi_pool: roi sizes where floating-point bin arithmetic is off by one pixel
+  kHalfAccumulation, // kHalfAccumulationTerms rois on each of four pixels (scale 1, 1x1 bins): sample / pool that pixel
 };
-using BatchLayout = harness::RoiBatchLayout;
+using BatchLayout = kit::RoiBatchLayout;
 
 struct PsRoiCaseConfig {
   std::int64_t batch = 2, out_channels = 2, height = 12, width = 15, num_rois = 6;
@@ -50,6 +40,7 @@ struct PsRoiCaseConfig {
   bool noncontiguous_input = false;
   bool noncontiguous_rois = false;
   bool stride0_grad = false;
+  bool half_accumulation = false;  // features from kit::half_accumulation_values, grad_output positive
 
   std::int64_t in_channels() const { return out_channels * pooled_height * pooled_width; }
   PsRoiAlignParams align_params() const { return {spatial_scale, pooled_height, pooled_width, sampling_ratio}; }
@@ -61,23 +52,23 @@ at::Tensor make_rois(const PsRoiCaseConfig& cfg, at::Generator& gen) {
   const double s = cfg.spatial_scale;
   const double img_h = static_cast<double>(cfg.height) / s, img_w = static_cast<double>(cfg.width) / s;
   const std::int64_t k = cfg.num_rois;
-  harness::RoiCorners r = harness::random_image_rois(k, img_w, img_h, gen).corners;
-  auto fill_rows = [&](const std::vector<std::array<double, 4>>& rows) { r = harness::cycled_rows(k, rows, s); };
+  kit::RoiCorners r = kit::random_image_rois(k, img_w, img_h, gen).corners;
+  auto fill_rows = [&](const std::vector<std::array<double, 4>>& rows) { r = kit::cycled_rows(k, rows, s); };
   const double h = static_cast<double>(cfg.height), w = static_cast<double>(cfg.width);
   switch (cfg.rois) {
     case RoiLayout::kRandom: break;
-    case RoiLayout::kOutside: harness::move_outside(r, img_w, img_h); break;
+    case RoiLayout::kOutside: kit::move_outside(r, img_w, img_h); break;
     case RoiLayout::kPartlyOutside:
       r.x1 = r.x1 - 0.6 * img_w;
       r.y1 = r.y1 - 0.6 * img_h;
       break;
-    case RoiLayout::kDegenerate: harness::invert(r); break;
-    case RoiLayout::kZeroSize: harness::collapse_to_points(r); break;
+    case RoiLayout::kDegenerate: kit::invert(r); break;
+    case RoiLayout::kZeroSize: kit::collapse_to_points(r); break;
     case RoiLayout::kSubPixel:
       r.x2 = r.x1 + 0.05 / s;
       r.y2 = r.y1 + 0.05 / s;
       break;
-    case RoiLayout::kNaN: harness::set_nan_corners(r); break;
+    case RoiLayout::kNaN: kit::set_nan_corners(r); break;
     case RoiLayout::kInfinite: {
       const double inf = std::numeric_limits<double>::infinity();
       r.x1[0] = -inf;
@@ -113,12 +104,18 @@ at::Tensor make_rois(const PsRoiCaseConfig& cfg, at::Generator& gen) {
       fill_rows({{1, 2, 30, 59}, {3, 1, 61, 29}, {0, 0, 61, 54}, {2, 3, 49, 17},
                  {4, 5, 54, 32}, {6, 1, 31, 57}, {5, 4, 62, 33}, {1, 1, 59, 8}});
       break;
+    case RoiLayout::kHalfAccumulation:
+      // [x, x + 1] x [y, y + 1]: ps_roi_align (sampling_ratio 1) samples exactly (y, x); ps_roi_pool pools that pixel.
+      r = kit::half_accumulation_rois(kit::half_accumulation_pixel_rows(
+                                          [](double y, double x) { return std::array<double, 4>{x, y, x + 1, y + 1}; }),
+                                      s);
+      break;
   }
-  return harness::stack_rois(harness::roi_batch_column(cfg.batches, k, cfg.batch), r);
+  return kit::stack_rois(kit::roi_batch_column(cfg.batches, k, cfg.batch), r);
 }
 
 at::Tensor reference_mapping(const at::Tensor& rois, std::int64_t channels, std::int64_t ph, std::int64_t pw) {
-  return harness::from_tensor4d(reference::ps_roi_channel_mapping(rois.size(0), channels, ph, pw)).to(at::kInt);
+  return kit::from_tensor4d(reference::ps_roi_channel_mapping(rois.size(0), channels, ph, pw)).to(at::kInt);
 }
 
 // Everything two ps ops share: inputs, layouts, grad_output, magnitudes. `Op` supplies the params, the
@@ -128,14 +125,16 @@ CaseData make_case(const PsRoiCaseConfig& cfg, std::uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   CaseData d;
   const std::array<std::int64_t, 4> shape{cfg.batch, cfg.in_channels(), cfg.height, cfg.width};
-  const at::Tensor input = at::rand({shape[0], shape[1], shape[2], shape[3]}, gen, at::TensorOptions().dtype(at::kDouble)) * 2 - 1;
+  const at::IntArrayRef sizes(shape.data(), shape.size());
+  const at::Tensor input =
+      cfg.half_accumulation ? kit::half_accumulation_values(sizes, gen) : kit::uniform_features(sizes, gen);
   d.inputs = {input, make_rois(cfg, gen)};
   d.differentiable = {0};
   const auto p = Op::params(cfg);
   d.op_forward = [p, cfg](const Tensors& in) {
     at::Tensor x = in[0], rois = in[1];
-    if (cfg.noncontiguous_input) x = x.transpose(2, 3).contiguous().transpose(2, 3);  // same values, W-major strides
-    if (cfg.noncontiguous_rois) rois = at::cat({rois, rois}, 1).slice(1, 0, 5);    // row stride 10
+    if (cfg.noncontiguous_input) x = kit::w_major(x);
+    if (cfg.noncontiguous_rois) rois = kit::row_stride_10(rois);
     auto [out, mapping] = Op::forward(x, rois, p);
     return Tensors{out, mapping};
   };
@@ -144,87 +143,46 @@ CaseData make_case(const PsRoiCaseConfig& cfg, std::uint64_t seed) {
     return Tensors{Op::backward(grad[0], in[1], mapping, p, shape)};
   };
   d.reference_forward = [p, shape](const Tensors& in) {
-    return Tensors{harness::from_tensor4d(Op::reference_forward(p, harness::to_tensor4d(in[0]), harness::to_matrix(in[1]))),
+    return Tensors{kit::from_tensor4d(Op::reference_forward(p, kit::to_tensor4d(in[0]), kit::to_matrix(in[1]))),
                    reference_mapping(in[1], shape[1], p.pooled_height, p.pooled_width)};
   };
   d.reference_backward = [p, shape](const Tensors& in, const Tensors& grad) {
-    return Tensors{harness::from_tensor4d(Op::reference_backward(p, harness::to_tensor4d(grad[0]), harness::to_matrix(in[1]),
+    return Tensors{kit::from_tensor4d(Op::reference_backward(p, kit::to_tensor4d(grad[0]), kit::to_matrix(in[1]),
                                                                  {shape[0], shape[1], shape[2], shape[3]}))};
   };
   // Every output (and grad_input) element is a sum with nonnegative weights (bilinear weights or 1/area),
   // so the sum of |terms| is the same op applied to |input| (|grad_output|). channel_mapping is an
   // integer output compared exactly: no magnitude.
-  d.reference_forward_magnitude = [fwd = d.reference_forward](const Tensors& in) {
-    return Tensors{fwd({in[0].abs(), in[1]})[0]};
-  };
-  d.reference_backward_magnitude = [bwd = d.reference_backward](const Tensors& in, const Tensors& grad) {
-    return bwd(in, {grad[0].abs()});
-  };
-  if (cfg.stride0_grad) {
-    // What `out.sum().backward()` hands the backward: one value expanded to the output's shape.
-    d.make_grad_output = [](const at::Tensor& out, std::uint64_t) { return at::ones({}, out.options()).expand(out.sizes()); };
-  }
+  d.reference_forward_magnitude = kit::abs_input_magnitude(d.reference_forward, /*first_only=*/true);
+  d.reference_backward_magnitude = kit::abs_grad_magnitude(d.reference_backward);
+  if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
+  if (cfg.half_accumulation) d.make_grad_output = kit::half_accumulation_grad_output();
   return d;
 }
 
-struct AlignOp {
-  static PsRoiAlignParams params(const PsRoiCaseConfig& c) { return c.align_params(); }
-  static std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& r, const PsRoiAlignParams& p) {
-    return ps_roi_align_forward(x, r, p);
-  }
-  static at::Tensor backward(const at::Tensor& g, const at::Tensor& r, const at::Tensor& m, const PsRoiAlignParams& p,
-                             std::array<std::int64_t, 4> s) {
-    return ps_roi_align_backward(g, r, m, p, s);
-  }
-  static reference::Tensor4d reference_forward(const PsRoiAlignParams& p, const reference::Tensor4d& x,
-                                               const reference::Matrixd& r) {
-    return reference::ps_roi_align_forward(p, x, r);
-  }
-  static reference::Tensor4d reference_backward(const PsRoiAlignParams& p, const reference::Tensor4d& g,
-                                                const reference::Matrixd& r, const std::array<Eigen::Index, 4>& s) {
-    return reference::ps_roi_align_backward(p, g, r, s);
-  }
+// An op's entry points and its reference's, and its params from a case config.
+template <typename Params, Params (PsRoiCaseConfig::*kParams)() const, auto kForward, auto kBackward,
+          auto kReferenceForward, auto kReferenceBackward>
+struct PsOp {
+  static Params params(const PsRoiCaseConfig& c) { return (c.*kParams)(); }
+  static constexpr auto forward = kForward;
+  static constexpr auto backward = kBackward;
+  static constexpr auto reference_forward = kReferenceForward;
+  static constexpr auto reference_backward = kReferenceBackward;
 };
-
-struct PoolOp {
-  static PsRoiPoolParams params(const PsRoiCaseConfig& c) { return c.pool_params(); }
-  static std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& r, const PsRoiPoolParams& p) {
-    return ps_roi_pool_forward(x, r, p);
-  }
-  static at::Tensor backward(const at::Tensor& g, const at::Tensor& r, const at::Tensor& m, const PsRoiPoolParams& p,
-                             std::array<std::int64_t, 4> s) {
-    return ps_roi_pool_backward(g, r, m, p, s);
-  }
-  static reference::Tensor4d reference_forward(const PsRoiPoolParams& p, const reference::Tensor4d& x,
-                                               const reference::Matrixd& r) {
-    return reference::ps_roi_pool_forward(p, x, r);
-  }
-  static reference::Tensor4d reference_backward(const PsRoiPoolParams& p, const reference::Tensor4d& g,
-                                                const reference::Matrixd& r, const std::array<Eigen::Index, 4>& s) {
-    return reference::ps_roi_pool_backward(p, g, r, s);
-  }
-};
-
-std::string scale_name(double scale) {
-  return scale >= 1 ? "s1" : "s" + std::to_string(static_cast<int>(std::lround(1.0 / scale)));
-}
+using AlignOp = PsOp<PsRoiAlignParams, &PsRoiCaseConfig::align_params, &ps_roi_align_forward, &ps_roi_align_backward,
+                     &reference::ps_roi_align_forward, &reference::ps_roi_align_backward>;
+using PoolOp = PsOp<PsRoiPoolParams, &PsRoiCaseConfig::pool_params, &ps_roi_pool_forward, &ps_roi_pool_backward,
+                    &reference::ps_roi_pool_forward, &reference::ps_roi_pool_backward>;
 
 std::string pooled_name(std::int64_t ph, std::int64_t pw) { return std::to_string(ph) + "x" + std::to_string(pw); }
 
-template <typename Op>
-struct CaseList {
-  std::vector<OpCase> cases;
-  std::uint64_t seed;
-  void add(const std::string& name, const PsRoiCaseConfig& cfg) {
-    cases.push_back(OpCase{name, ++seed, [cfg](std::uint64_t s) { return make_case<Op>(cfg, s); }, {}});
-  }
-};
+using CaseList = kit::CaseList<PsRoiCaseConfig>;
 
 const double kScales[] = {0.25, 0.125, 0.0625, 0.03125};
 
 // The cases both ops run (names without an op-specific parameter).
-template <typename Op>
-void add_common_cases(CaseList<Op>& l, const PsRoiCaseConfig& base) {
+void add_common_cases(CaseList& l, const PsRoiCaseConfig& base) {
   PsRoiCaseConfig c;
   c = base; c.num_rois = 0; l.add("no_rois", c);
   c = base; c.out_channels = 0; l.add("zero_channels", c);
@@ -258,8 +216,18 @@ void add_common_cases(CaseList<Op>& l, const PsRoiCaseConfig& base) {
   c = base; c.pooled_height = 7; c.pooled_width = 2; c.spatial_scale = 1.0; c.out_channels = 1; l.add("rectangular_pooled_7x2_scale1", c);
 }
 
+// Sums of thousands of terms (kit/half_accumulation.h), after every other case so that no seed moves. The
+// backward: 4096 rois on each of four pixels, grad_output 0.5..1, so those grad_input elements sum 4096
+// positive terms to ~3000.
+void add_half_accumulation_backward_case(CaseList& l, const PsRoiCaseConfig& base) {
+  PsRoiCaseConfig c = base;
+  c.out_channels = 1; c.pooled_height = c.pooled_width = 1; c.sampling_ratio = 1; c.spatial_scale = 1.0;
+  c.batch = 1; c.height = c.width = 6; c.num_rois = 4 * kit::kHalfAccumulationTerms; c.rois = RoiLayout::kHalfAccumulation;
+  c.half_accumulation = true; l.add("half_accumulation_overlapping_rois_backward", c);
+}
+
 std::vector<OpCase> ps_roi_align_cases() {
-  CaseList<AlignOp> l{{}, 0x95A1'0000};
+  CaseList l(0x95A1'0000, make_case<AlignOp>);
   // The parameter grid: every sampling_ratio x pooled size x C_out, spatial_scale cycling 1/4..1/32.
   int n = 0;
   for (std::int64_t sr : {0, 1, 2}) {
@@ -273,7 +241,7 @@ std::vector<OpCase> ps_roi_align_cases() {
         cfg.height = 10 + n % 5;
         cfg.width = 13 + n % 7;
         l.add("grid_sr" + std::to_string(sr) + "_" + pooled_name(ps, ps) + "_cout" + std::to_string(c_out) + "_" +
-                  scale_name(cfg.spatial_scale),
+                  kit::scale_name(cfg.spatial_scale),
               cfg);
       }
     }
@@ -294,11 +262,18 @@ std::vector<OpCase> ps_roi_align_cases() {
   // Sample positions up to ~170 px: the fp32 coordinate arithmetic at realistic map sizes.
   c = base; c.sampling_ratio = 2; c.out_channels = 1; c.pooled_height = c.pooled_width = 7; c.height = 100; c.width = 168;
   c.batch = 1; c.num_rois = 24; c.spatial_scale = 0.125; l.add("fpn_p3_size_map", c);
+  // Sums of thousands of terms (kit/half_accumulation.h): an fp16 / bf16 kernel must accumulate in fp32.
+  // Forward: one 1x1 bin over the whole 16 x 16 map, a 64 x 64 sampling grid (4096 samples of values 24..40:
+  // an fp16 running sum passes 65504, a bf16 one stalls), output ~32.
+  c = base; c.out_channels = 1; c.pooled_height = c.pooled_width = 1; c.sampling_ratio = 64; c.spatial_scale = 1.0;
+  c.batch = 1; c.height = c.width = 16; c.num_rois = 2; c.rois = RoiLayout::kWholeMap; c.half_accumulation = true;
+  l.add("half_accumulation_sampling_grid_4096", c);
+  add_half_accumulation_backward_case(l, base);
   return std::move(l.cases);
 }
 
 std::vector<OpCase> ps_roi_pool_cases() {
-  CaseList<PoolOp> l{{}, 0x95B0'0000};
+  CaseList l(0x95B0'0000, make_case<PoolOp>);
   // The parameter grid: pooled sizes x C_out, spatial_scale cycling 1/4..1/32.
   int n = 0;
   const std::int64_t sizes[][2] = {{1, 1}, {2, 2}, {3, 3}, {7, 7}, {3, 5}, {6, 4}};
@@ -311,7 +286,7 @@ std::vector<OpCase> ps_roi_pool_cases() {
       cfg.out_channels = c_out;
       cfg.height = 10 + n % 5;
       cfg.width = 13 + n % 7;
-      l.add("grid_" + pooled_name(ps[0], ps[1]) + "_cout" + std::to_string(c_out) + "_" + scale_name(cfg.spatial_scale), cfg);
+      l.add("grid_" + pooled_name(ps[0], ps[1]) + "_cout" + std::to_string(c_out) + "_" + kit::scale_name(cfg.spatial_scale), cfg);
     }
   }
   PsRoiCaseConfig base;  // 3x3, C_out 2, 1/4
@@ -329,56 +304,39 @@ std::vector<OpCase> ps_roi_pool_cases() {
   c = base; c.rois = RoiLayout::kSubPixel; c.pooled_height = c.pooled_width = 7; l.add("roi_smaller_than_bins", c);
   c = base; c.out_channels = 1; c.pooled_height = c.pooled_width = 7; c.height = 100; c.width = 168; c.batch = 1;
   c.num_rois = 24; c.spatial_scale = 0.125; l.add("fpn_p3_size_map", c);
+  // Sums of thousands of terms (kit/half_accumulation.h). Forward: one 1x1 bin over the whole 64 x 64 map
+  // (4096 pixels of values 24..40: an fp16 running sum passes 65504, a bf16 one stalls), output ~32.
+  c = base; c.out_channels = 1; c.pooled_height = c.pooled_width = 1; c.spatial_scale = 1.0; c.batch = 1;
+  c.height = c.width = 64; c.num_rois = 2; c.rois = RoiLayout::kWholeMap; c.half_accumulation = true;
+  l.add("half_accumulation_bin_4096_pixels", c);
+  add_half_accumulation_backward_case(l, base);
   return std::move(l.cases);
 }
 
 // Bad input: each call must raise an error naming the argument.
 template <typename Op, typename Params>
-std::vector<harness::BadInputCase> bad_inputs(const char* op, Params good, Params zero_ph, Params negative_pw,
-                                              Params zero_scale, std::vector<harness::BadInputCase> extra) {
-  auto f32 = [](const at::Device& d) { return at::TensorOptions().dtype(at::kFloat).device(d); };
-  auto good_input = [f32](const at::Device& d) { return at::rand({2, 8, 8, 8}, f32(d)); };  // 8 = 2 * (2 x 2)
-  auto good_rois = [f32](const at::Device& d) {
-    return at::tensor({0.0f, 1.0f, 1.0f, 5.0f, 6.0f, 1.0f, 0.0f, 0.0f, 4.0f, 4.0f}, f32(at::kCPU)).view({2, 5}).to(d);
-  };
+std::vector<harness::BadInputCase> bad_inputs(const char* op, Params good, std::vector<harness::BadInputCase> extra) {
+  auto f32 = kit::f32_on;
+  auto good_rois = kit::good_rois;
   auto mapping = [](const at::Device& d) { return at::zeros({2, 2, 2, 2}, at::TensorOptions().dtype(at::kInt).device(d)); };
   const std::string name(op);
-  std::vector<harness::BadInputCase> bad = std::move(extra);
-  auto add = [&](std::string n, std::function<void(const at::Device&)> call, std::vector<std::string> words) {
-    bad.push_back({std::move(n), std::move(call), std::move(words)});
+  kit::BadInputs bad;
+  bad.cases = std::move(extra);
+  auto add = [&](std::string n, kit::BadCall call, std::vector<std::string> words) {
+    bad.add(std::move(n), std::move(call), std::move(words));
   };
   add("channels_not_multiple_of_bins", [=](const at::Device& d) { Op::forward(at::rand({2, 6, 8, 8}, f32(d)), good_rois(d), good); },
       {name, "input channels (6)", "multiple of pooled_height * pooled_width", "= 4"});
-  add("rois_wrong_columns", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d).slice(1, 0, 4), good); },
-      {"rois", "[K, 5]"});
-  add("rois_1d", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d).view({-1}), good); }, {"rois", "[K, 5]"});
-  add("input_3d", [=](const at::Device& d) { Op::forward(good_input(d)[0], good_rois(d), good); }, {"input", "4-D"});
-  add("batch_index_out_of_range", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[1][0] = 2; Op::forward(good_input(d), r, good); }, {"rois[1, 0]", "[0, 2)"});
-  add("batch_index_negative", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[0][0] = -1; Op::forward(good_input(d), r, good); }, {"rois[0, 0]", "[0, 2)"});
-  add("batch_index_nan", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[1][0] = NAN; Op::forward(good_input(d), r, good); }, {"rois[1, 0]", "batch index"});
-  add("backward_batch_index_out_of_range", [=](const at::Device& d) {
-        at::Tensor r = good_rois(d); r[0][0] = 7;
-        Op::backward(at::ones({2, 2, 2, 2}, f32(d)), r, mapping(d), good, {2, 8, 8, 8}); }, {"rois[0, 0]", "[0, 2)"});
-  add("rois_dtype_mismatch", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d).to(at::kDouble), good); },
-      {"rois dtype", "input dtype"});
-  add("integer_input", [=](const at::Device& d) { Op::forward(good_input(d).to(at::kInt), good_rois(d).to(at::kInt), good); },
-      {"input", "float64, float32, float16 or bfloat16"});
-  add("rois_on_other_device", [=](const at::Device& d) {
-        Op::forward(good_input(d), d.is_cpu() ? good_rois(d).to(at::kMeta) : good_rois(at::kCPU), good); },
-      {"input and rois", "same device"});
-  add("pooled_height_zero", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d), zero_ph); },
-      {"pooled_height", "positive"});
-  add("pooled_width_negative", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d), negative_pw); },
-      {"pooled_width", "positive"});
-  add("spatial_scale_zero", [=](const at::Device& d) { Op::forward(good_input(d), good_rois(d), zero_scale); },
-      {"spatial_scale"});
-  add("empty_feature_map_with_rois", [=](const at::Device& d) { Op::forward(at::rand({2, 8, 0, 8}, f32(d)), good_rois(d), good); },
-      {"height and width"});
-  add("backward_grad_wrong_shape", [=](const at::Device& d) {
-        Op::backward(at::ones({2, 2, 3, 2}, f32(d)), good_rois(d), mapping(d), good, {2, 8, 8, 8}); }, {"grad", "[2, 2, 2, 2]"});
+  kit::RoiOpBadInputs common;
+  common.input_channels = 8;  // 2 * (2 x 2)
+  common.output_channels = 2;
+  common.forward = [good](const at::Tensor& x, const at::Tensor& rois, kit::RoiParamFault fault) {
+    Op::forward(x, rois, kit::with_fault(good, fault));
+  };
+  common.backward = [good, mapping](const at::Tensor& grad, const at::Tensor& rois) {
+    Op::backward(grad, rois, mapping(grad.device()), good, {2, 8, 8, 8});
+  };
+  kit::add_roi_op_bad_inputs(bad, common);
   add("backward_channels_not_multiple_of_bins", [=](const at::Device& d) {
         Op::backward(at::ones({2, 2, 2, 2}, f32(d)), good_rois(d), mapping(d), good, {2, 9, 8, 8}); },
       {"input channels (9)", "multiple of pooled_height * pooled_width"});
@@ -389,10 +347,9 @@ std::vector<harness::BadInputCase> bad_inputs(const char* op, Params good, Param
         Op::backward(at::ones({2, 2, 2, 2}, f32(d)), good_rois(d), mapping(d).view({2, 2, 4}), good, {2, 8, 8, 8}); },
       {"channel_mapping", "[2, 2, 2, 2]"});
   add("backward_channel_mapping_on_other_device", [=](const at::Device& d) {
-        Op::backward(at::ones({2, 2, 2, 2}, f32(d)), good_rois(d), d.is_cpu() ? mapping(d).to(at::kMeta) : mapping(at::kCPU),
-                     good, {2, 8, 8, 8}); },
+        Op::backward(at::ones({2, 2, 2, 2}, f32(d)), good_rois(d), kit::other_device(mapping(d), d), good, {2, 8, 8, 8}); },
       {"grad and channel_mapping", "same device"});
-  return bad;
+  return std::move(bad.cases);
 }
 
 // A valid call after a bad one: a constant map pools to the constant; channel_mapping is 0..3.
@@ -415,33 +372,18 @@ const char* const kDeterminismNote =
 
 // Benchmark cases (docs/benchmarks.md): R-FCN style position-sensitive pooling of 1000 rois on a
 // 490-channel (10 x 7 x 7) P2-sized map of an 800x1344 image.
-template <typename Params, typename Forward, typename Backward>
-std::vector<harness::BenchCase> ps_roi_benchmarks(const Params& params, const std::string& shape_suffix,
-                                                  std::uint64_t seed, Forward forward, Backward backward) {
+template <typename Op, typename Params>
+std::vector<harness::BenchCase> ps_roi_benchmarks(const Params& params, const std::string& shape_suffix, std::uint64_t seed) {
   const std::array<std::int64_t, 4> shape{2, 490, 200, 336};
-  harness::BenchCase bc;
-  bc.name = "rfcn_1000";
-  bc.shape = "x[2,490,200,336] rois[1000,5] 7x7 scale 1/4" + shape_suffix;
-  bc.bytes_note = "fwd: x + rois + output + channel_mapping (int32); bwd: grad_output + channel_mapping + rois + "
-                  "grad_input read and written (atomic scatter)";
-  bc.dtypes = {std::begin(kAllDTypes), std::end(kAllDTypes)};
-  bc.make = [=](DType dtype) {
-    const at::Tensor x = harness::bench_randn_cuda({shape.begin(), shape.end()}, dtype, seed);
-    const at::Tensor rois = harness::bench_to_cuda(harness::bench_image_rois(1000, shape[0], seed + 1), dtype);
-    const auto [out, mapping] = forward(x, rois, params);
-    const at::Tensor grad = harness::bench_randn_cuda(out.sizes().vec(), dtype, seed + 2);
-    harness::BenchInstance inst;
-    inst.forward = [x, rois, params, forward] { (void)forward(x, rois, params); };
-    inst.backward = [grad, rois, mapping = mapping, params, shape, backward] {
-      (void)backward(grad, rois, mapping, params, shape);
-    };
-    inst.bytes_forward = harness::bench_bytes(x) + harness::bench_bytes(rois) + harness::bench_bytes(out) +
-                         harness::bench_bytes(mapping);
-    inst.bytes_backward = harness::bench_bytes(grad) + harness::bench_bytes(mapping) + harness::bench_bytes(rois) +
-                          2 * harness::bench_bytes(x);
-    return inst;
-  };
-  return {bc};
+  const kit::RoiBench b{"rfcn_1000", "x[2,490,200,336] rois[1000,5] 7x7 scale 1/4" + shape_suffix,
+                        "fwd: x + rois + output + channel_mapping (int32); bwd: grad_output + channel_mapping + rois + "
+                        "grad_input read and written (atomic scatter)",
+                        shape, 1000, seed};
+  return {kit::roi_bench_case(
+      b, [params](const at::Tensor& x, const at::Tensor& rois) { return Op::forward(x, rois, params); },
+      [params, shape](const at::Tensor& grad, const at::Tensor&, const at::Tensor& rois, const at::Tensor& mapping) {
+        (void)Op::backward(grad, rois, mapping, params, shape);
+      })};
 }
 
 OpSpec ps_roi_align_spec() {
@@ -454,37 +396,19 @@ OpSpec ps_roi_align_spec() {
                                           at::zeros({1, 5}, at::TensorOptions().device(d)),
                                           {1.0, 2, 2, kPsRoiAlignMaxSamplingGrid + 1});
                    }, {"sampling_ratio", "1024"}});
-  spec.bad_inputs = bad_inputs<AlignOp, PsRoiAlignParams>("ps_roi_align", {1.0, 2, 2, 2}, {1.0, 0, 2, 2}, {1.0, 2, -3, 2},
-                                                          {0.0, 2, 2, 2}, std::move(extra));
+  spec.bad_inputs = bad_inputs<AlignOp, PsRoiAlignParams>("ps_roi_align", {1.0, 2, 2, 2}, std::move(extra));
   spec.valid_call = valid_call<AlignOp, PsRoiAlignParams>("ps_roi_align", {1.0, 2, 2, 2});
   spec.determinism.note = kDeterminismNote;
-  spec.benchmarks = ps_roi_benchmarks(PsRoiAlignParams{0.25, 7, 7, 2}, " sr2", 9201,
-                                      [](const at::Tensor& x, const at::Tensor& r, const PsRoiAlignParams& p) {
-                                        return ps_roi_align_forward(x, r, p);
-                                      },
-                                      [](const at::Tensor& g, const at::Tensor& r, const at::Tensor& m,
-                                         const PsRoiAlignParams& p, std::array<std::int64_t, 4> s) {
-                                        return ps_roi_align_backward(g, r, m, p, s);
-                                      });
+  spec.benchmarks = ps_roi_benchmarks<AlignOp>(PsRoiAlignParams{0.25, 7, 7, 2}, " sr2", 9201);
   return spec;
 }
 
 OpSpec ps_roi_pool_spec() {
-  OpSpec spec;
-  spec.name = "ps_roi_pool";
-  spec.cases = ps_roi_pool_cases();
-  spec.bad_inputs = bad_inputs<PoolOp, PsRoiPoolParams>("ps_roi_pool", {1.0, 2, 2}, {1.0, 0, 2}, {1.0, 2, -3},
-                                                        {0.0, 2, 2}, {});
+  OpSpec spec = kit::op_spec("ps_roi_pool", ps_roi_pool_cases(),
+                             bad_inputs<PoolOp, PsRoiPoolParams>("ps_roi_pool", {1.0, 2, 2}, {}));
   spec.valid_call = valid_call<PoolOp, PsRoiPoolParams>("ps_roi_pool", {1.0, 2, 2});
   spec.determinism.note = kDeterminismNote;
-  spec.benchmarks = ps_roi_benchmarks(PsRoiPoolParams{0.25, 7, 7}, "", 9301,
-                                      [](const at::Tensor& x, const at::Tensor& r, const PsRoiPoolParams& p) {
-                                        return ps_roi_pool_forward(x, r, p);
-                                      },
-                                      [](const at::Tensor& g, const at::Tensor& r, const at::Tensor& m,
-                                         const PsRoiPoolParams& p, std::array<std::int64_t, 4> s) {
-                                        return ps_roi_pool_backward(g, r, m, p, s);
-                                      });
+  spec.benchmarks = ps_roi_benchmarks<PoolOp>(PsRoiPoolParams{0.25, 7, 7}, "", 9301);
   return spec;
 }
 

@@ -1,11 +1,11 @@
-#include "detops/harness/eigen_bridge.h"
+#include "kit/eigen_bridge.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace detops::harness {
+namespace detops::kit {
 
 reference::Tensor4d to_tensor4d(const at::Tensor& t) {
   if (t.dim() != 4) throw std::invalid_argument("to_tensor4d: expected a 4-D tensor");
@@ -49,4 +49,4 @@ at::Tensor from_vector(const reference::Vectord& v) {
   return out;
 }
 
-}  // namespace detops::harness
+}  // namespace detops::kit
