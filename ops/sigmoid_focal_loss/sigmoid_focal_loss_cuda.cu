@@ -1,7 +1,11 @@
 // Sigmoid focal loss CUDA kernels. 'none' and the backward: one thread per element, grid-stride, 64-bit
 // indices. 'mean' / 'sum': the chunk kernel reduces fixed chunks of kFocalLossChunk elements (one chunk per
-// block iteration, a fixed shared-memory tree) into acc_t<T> partial sums; the finish kernel (one block)
+// block iteration, a fixed-order block sum) into acc_t<T> partial sums; the finish kernel (one block)
 // adds the partial sums in a fixed order and writes the scaled total. No atomics on values: deterministic.
+// The torchvision form with 16-byte-aligned tensors (what PyTorch allocates) takes vectorized kernels: each
+// thread loads 16 bytes of logits and of targets at a time (4 fp32, 8 fp16/bf16, 2 fp64), which keeps
+// enough bytes in flight to approach DRAM bandwidth; the chunked reduction keeps its chunks and its order.
+#include <cstdint>
 #include <string>
 
 #include "common/dispatch.h"
@@ -42,18 +46,25 @@ __global__ void sigmoid_focal_loss_forward_kernel(FocalLossForm form, FocalCoeff
   }
 }
 
-// Block-wide sum of one value per thread through shared memory, in a fixed tree order; the result is
-// valid in thread 0. Every thread of the block must call it.
+// Block-wide sum of one value per thread, in a fixed order (so deterministic): a shuffle tree within each
+// warp, the warps' sums through shared memory, and a shuffle tree over them in warp 0. One barrier pair
+// per call instead of a barrier per tree level. The result is valid in thread 0. Every thread of the
+// block must call it; Threads is a multiple of 32, at most 1024.
 template <typename Acc, int Threads>
 __device__ __forceinline__ Acc block_sum(Acc v, Acc* shared) {
-  shared[threadIdx.x] = v;
-  __syncthreads();
+  static_assert(Threads % 32 == 0 && Threads <= 1024, "whole warps, at most 32 of them");
+  constexpr unsigned kAll = 0xffffffffu;
 #pragma unroll
-  for (int s = Threads / 2; s > 0; s /= 2) {
-    if (static_cast<int>(threadIdx.x) < s) shared[threadIdx.x] += shared[threadIdx.x + s];
-    __syncthreads();
+  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(kAll, v, o);
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) / 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  Acc total = Acc(0);
+  if (warp == 0) {
+    total = lane < Threads / 32 ? shared[lane] : Acc(0);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) total += __shfl_down_sync(kAll, total, o);
   }
-  const Acc total = shared[0];
   __syncthreads();  // shared may be reused by the caller's next iteration
   return total;
 }
@@ -114,6 +125,101 @@ __global__ void sigmoid_focal_loss_backward_kernel(FocalLossForm form, FocalCoef
   }
 }
 
+// 16 bytes of T, loaded and stored as one vector.
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kN = static_cast<int>(16 / sizeof(T));
+  T v[kN];
+};
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+// Torchvision form, 'none': out[i] = loss(x[i], t[i]), a Pack per thread per step, then the tail.
+template <typename T>
+__global__ void sigmoid_focal_loss_forward_vec_kernel(FocalCoeffs<acc_t<T>> k, std::int64_t numel,
+                                                      const T* __restrict__ inputs, const T* __restrict__ targets,
+                                                      T* __restrict__ out) {
+  using Acc = acc_t<T>;
+  constexpr int N = Pack<T>::kN;
+  const std::int64_t packs = numel / N;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t v = first; v < packs; v += stride) {
+    const Pack<T> x = reinterpret_cast<const Pack<T>*>(inputs)[v];
+    const Pack<T> t = reinterpret_cast<const Pack<T>*>(targets)[v];
+    Pack<T> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(focal_loss_value(to_acc<Acc>(x.v[j]), to_acc<Acc>(t.v[j]), k));
+    reinterpret_cast<Pack<T>*>(out)[v] = o;
+  }
+  for (std::int64_t i = packs * N + first; i < numel; i += stride) {
+    out[i] = from_acc<T>(focal_loss_value(to_acc<Acc>(inputs[i]), to_acc<Acc>(targets[i]), k));
+  }
+}
+
+// Torchvision form, 'mean' / 'sum': the same chunks of kFocalLossChunk elements as the scalar kernel, each
+// thread summing kPerThread / N Packs (a partial Pack at the end of the last chunk element by element),
+// then the same block tree. Deterministic; the order within a thread differs from the scalar kernel's.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    sigmoid_focal_loss_chunk_vec_kernel(FocalCoeffs<acc_t<T>> k, std::int64_t numel, const T* __restrict__ inputs,
+                                        const T* __restrict__ targets, acc_t<T>* __restrict__ partials) {
+  using Acc = acc_t<T>;
+  constexpr int N = Pack<T>::kN;
+  constexpr int kPacksPerThread = kPerThread / N;
+  static_assert(kPerThread % N == 0, "a thread's share of a chunk is whole Packs");
+  __shared__ Acc shared[kThreads];
+  const std::int64_t chunks = sigmoid_focal_loss_chunk_count(numel);
+  for (std::int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    Acc sum = Acc(0);
+#pragma unroll
+    for (int r = 0; r < kPacksPerThread; ++r) {
+      const std::int64_t e0 = c * kFocalLossChunk + (static_cast<std::int64_t>(r) * kThreads + threadIdx.x) * N;
+      if (e0 + N <= numel) {
+        const Pack<T> x = reinterpret_cast<const Pack<T>*>(inputs + e0)[0];
+        const Pack<T> t = reinterpret_cast<const Pack<T>*>(targets + e0)[0];
+#pragma unroll
+        for (int j = 0; j < N; ++j) sum += focal_loss_value(to_acc<Acc>(x.v[j]), to_acc<Acc>(t.v[j]), k);
+      } else {
+        for (std::int64_t i = e0; i < numel; ++i) sum += focal_loss_value(to_acc<Acc>(inputs[i]), to_acc<Acc>(targets[i]), k);
+      }
+    }
+    const Acc total = block_sum<Acc, kThreads>(sum, shared);
+    if (threadIdx.x == 0) partials[c] = total;
+  }
+}
+
+// Torchvision form, backward: grad_stride 0 (mean / sum: one upstream value) or 1 (none, Pack-loaded).
+template <typename T>
+__global__ void sigmoid_focal_loss_backward_vec_kernel(FocalCoeffs<acc_t<T>> k, std::int64_t numel,
+                                                       const T* __restrict__ grad, std::int64_t grad_stride,
+                                                       acc_t<T> grad_scale, const T* __restrict__ inputs,
+                                                       const T* __restrict__ targets, T* __restrict__ grad_inputs) {
+  using Acc = acc_t<T>;
+  constexpr int N = Pack<T>::kN;
+  const std::int64_t packs = numel / N;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  const Acc g0 = grad_stride == 0 ? to_acc<Acc>(grad[0]) * grad_scale : Acc(0);
+  for (std::int64_t v = first; v < packs; v += stride) {
+    const Pack<T> x = reinterpret_cast<const Pack<T>*>(inputs)[v];
+    const Pack<T> t = reinterpret_cast<const Pack<T>*>(targets)[v];
+    Pack<T> up;
+    if (grad_stride != 0) up = reinterpret_cast<const Pack<T>*>(grad)[v];
+    Pack<T> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const Acc g = grad_stride == 0 ? g0 : to_acc<Acc>(up.v[j]) * grad_scale;
+      o.v[j] = from_acc<T>(g * focal_loss_grad(to_acc<Acc>(x.v[j]), to_acc<Acc>(t.v[j]), k));
+    }
+    reinterpret_cast<Pack<T>*>(grad_inputs)[v] = o;
+  }
+  for (std::int64_t i = packs * N + first; i < numel; i += stride) {
+    const Acc g = grad_stride == 0 ? g0 : to_acc<Acc>(grad[i]) * grad_scale;
+    grad_inputs[i] = from_acc<T>(g * focal_loss_grad(to_acc<Acc>(inputs[i]), to_acc<Acc>(targets[i]), k));
+  }
+}
+
 // register_kernel copies the names; both forms run the same kernels.
 template <typename T>
 void register_type_kernels(const char* type_name) {
@@ -129,6 +235,13 @@ void register_type_kernels(const char* type_name) {
     register_kernel(op, ("sigmoid_focal_loss_backward_kernel" + args).c_str(),
                     reinterpret_cast<const void*>(&sigmoid_focal_loss_backward_kernel<T>));
   }
+  const char* op = sigmoid_focal_loss_op_name(FocalLossForm::kTorchvision);
+  register_kernel(op, ("sigmoid_focal_loss_forward_vec_kernel" + args).c_str(),
+                  reinterpret_cast<const void*>(&sigmoid_focal_loss_forward_vec_kernel<T>));
+  register_kernel(op, ("sigmoid_focal_loss_chunk_vec_kernel" + args).c_str(),
+                  reinterpret_cast<const void*>(&sigmoid_focal_loss_chunk_vec_kernel<T>));
+  register_kernel(op, ("sigmoid_focal_loss_backward_vec_kernel" + args).c_str(),
+                  reinterpret_cast<const void*>(&sigmoid_focal_loss_backward_vec_kernel<T>));
 }
 
 const bool kRegistered = [] {
@@ -150,6 +263,15 @@ void launch_sigmoid_focal_loss_forward(const SigmoidFocalLossParams& params, con
     const FocalCoeffs<Acc> k = focal_coeffs<Acc>(params);
     const T* inputs = static_cast<const T*>(args.inputs);
     const T* weight = static_cast<const T*>(args.weight);
+    const bool vec = params.form == FocalLossForm::kTorchvision && aligned16(args.inputs) && aligned16(args.targets);
+    const T* targets = static_cast<const T*>(args.targets);
+    if (params.reduction == FocalLossReduction::kNone && vec && aligned16(args.out)) {
+      sigmoid_focal_loss_forward_vec_kernel<T>
+          <<<grid_for(args.numel / Pack<T>::kN, kThreads), kThreads, 0, stream>>>(k, args.numel, inputs, targets,
+                                                                                 static_cast<T*>(args.out));
+      DETOPS_CHECK_LAUNCH();
+      return;
+    }
     if (params.reduction == FocalLossReduction::kNone) {
       sigmoid_focal_loss_forward_kernel<T><<<grid_for(args.numel, kThreads), kThreads, 0, stream>>>(
           params.form, k, args.numel, args.num_classes, inputs, args.targets, weight, static_cast<T*>(args.out),
@@ -159,8 +281,13 @@ void launch_sigmoid_focal_loss_forward(const SigmoidFocalLossParams& params, con
     }
     const std::int64_t chunks = sigmoid_focal_loss_chunk_count(args.numel);
     Acc* partials = static_cast<Acc*>(args.partials);
-    sigmoid_focal_loss_chunk_kernel<T><<<grid_for(chunks, 1), kThreads, 0, stream>>>(
-        params.form, k, args.numel, args.num_classes, inputs, args.targets, weight, partials, args.first_invalid_row);
+    if (vec) {
+      sigmoid_focal_loss_chunk_vec_kernel<T><<<grid_for(chunks, 1), kThreads, 0, stream>>>(k, args.numel, inputs,
+                                                                                            targets, partials);
+    } else {
+      sigmoid_focal_loss_chunk_kernel<T><<<grid_for(chunks, 1), kThreads, 0, stream>>>(
+          params.form, k, args.numel, args.num_classes, inputs, args.targets, weight, partials, args.first_invalid_row);
+    }
     DETOPS_CHECK_LAUNCH();
     sigmoid_focal_loss_finish_kernel<T><<<1, kFinishThreads, 0, stream>>>(chunks, partials,
                                                                           static_cast<Acc>(args.scale),
@@ -175,6 +302,16 @@ void launch_sigmoid_focal_loss_backward(const SigmoidFocalLossParams& params,
   dispatch_floating(dtype, "sigmoid_focal_loss_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = acc_t<T>;
+    const bool vec = params.form == FocalLossForm::kTorchvision && aligned16(args.inputs) && aligned16(args.targets) &&
+                     aligned16(args.grad_inputs) && (args.grad_stride == 0 || (args.grad_stride == 1 && aligned16(args.grad)));
+    if (vec) {
+      sigmoid_focal_loss_backward_vec_kernel<T><<<grid_for(args.numel / Pack<T>::kN, kThreads), kThreads, 0, stream>>>(
+          focal_coeffs<Acc>(params), args.numel, static_cast<const T*>(args.grad), args.grad_stride,
+          static_cast<Acc>(args.grad_scale), static_cast<const T*>(args.inputs), static_cast<const T*>(args.targets),
+          static_cast<T*>(args.grad_inputs));
+      DETOPS_CHECK_LAUNCH();
+      return;
+    }
     sigmoid_focal_loss_backward_kernel<T><<<grid_for(args.numel, kThreads), kThreads, 0, stream>>>(
         params.form, focal_coeffs<Acc>(params), args.numel, args.num_classes, static_cast<const T*>(args.grad),
         args.grad_stride, static_cast<Acc>(args.grad_scale), static_cast<const T*>(args.inputs), args.targets,
