@@ -6,6 +6,7 @@
 // thread loads 16 bytes of logits and of targets at a time (4 fp32, 8 fp16/bf16, 2 fp64), which keeps
 // enough bytes in flight to approach DRAM bandwidth; the chunked reduction keeps its chunks and its order.
 #include <cstdint>
+#include <utility>
 #include <string>
 
 #include "common/dispatch.h"
@@ -220,28 +221,27 @@ __global__ void sigmoid_focal_loss_backward_vec_kernel(FocalCoeffs<acc_t<T>> k, 
   }
 }
 
-// register_kernel copies the names; both forms run the same kernels.
+// register_kernel copies the names. Both forms run the scalar kernels; the torchvision form also the
+// vectorized ones.
 template <typename T>
 void register_type_kernels(const char* type_name) {
   const std::string args = std::string("<") + type_name + ">";
+  const std::pair<const char*, const void*> scalar[] = {
+      {"sigmoid_focal_loss_forward_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_forward_kernel<T>)},
+      {"sigmoid_focal_loss_chunk_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_chunk_kernel<T>)},
+      {"sigmoid_focal_loss_finish_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_finish_kernel<T>)},
+      {"sigmoid_focal_loss_backward_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_backward_kernel<T>)}};
+  const std::pair<const char*, const void*> vectorized[] = {
+      {"sigmoid_focal_loss_forward_vec_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_forward_vec_kernel<T>)},
+      {"sigmoid_focal_loss_chunk_vec_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_chunk_vec_kernel<T>)},
+      {"sigmoid_focal_loss_backward_vec_kernel",
+       reinterpret_cast<const void*>(&sigmoid_focal_loss_backward_vec_kernel<T>)}};
   for (const FocalLossForm form : {FocalLossForm::kTorchvision, FocalLossForm::kMmcv}) {
-    const char* op = sigmoid_focal_loss_op_name(form);
-    register_kernel(op, ("sigmoid_focal_loss_forward_kernel" + args).c_str(),
-                    reinterpret_cast<const void*>(&sigmoid_focal_loss_forward_kernel<T>));
-    register_kernel(op, ("sigmoid_focal_loss_chunk_kernel" + args).c_str(),
-                    reinterpret_cast<const void*>(&sigmoid_focal_loss_chunk_kernel<T>));
-    register_kernel(op, ("sigmoid_focal_loss_finish_kernel" + args).c_str(),
-                    reinterpret_cast<const void*>(&sigmoid_focal_loss_finish_kernel<T>));
-    register_kernel(op, ("sigmoid_focal_loss_backward_kernel" + args).c_str(),
-                    reinterpret_cast<const void*>(&sigmoid_focal_loss_backward_kernel<T>));
+    for (const auto& [name, symbol] : scalar) register_kernel(sigmoid_focal_loss_op_name(form), (name + args).c_str(), symbol);
   }
-  const char* op = sigmoid_focal_loss_op_name(FocalLossForm::kTorchvision);
-  register_kernel(op, ("sigmoid_focal_loss_forward_vec_kernel" + args).c_str(),
-                  reinterpret_cast<const void*>(&sigmoid_focal_loss_forward_vec_kernel<T>));
-  register_kernel(op, ("sigmoid_focal_loss_chunk_vec_kernel" + args).c_str(),
-                  reinterpret_cast<const void*>(&sigmoid_focal_loss_chunk_vec_kernel<T>));
-  register_kernel(op, ("sigmoid_focal_loss_backward_vec_kernel" + args).c_str(),
-                  reinterpret_cast<const void*>(&sigmoid_focal_loss_backward_vec_kernel<T>));
+  for (const auto& [name, symbol] : vectorized) {
+    register_kernel(sigmoid_focal_loss_op_name(FocalLossForm::kTorchvision), (name + args).c_str(), symbol);
+  }
 }
 
 const bool kRegistered = [] {

@@ -57,6 +57,17 @@ def assert_sum_backward_close(ours, truth, x, xp, atol, rtol):
                                msg=lambda m: f"backward {x.dtype} {x.device} vs the fp64 truth: {m}")
 
 
+def random_image_rois(g, n, k, h, w, scale):
+    """k rois [batch, x1, y1, x2, y2] in fp64, in image coordinates (feature size h x w / scale), inside the
+    image's lower-left 80 % with sizes from 1 px to half the image, batch indices in [0, n)."""
+    img_h, img_w = h / scale, w / scale
+    u = torch.rand(k, 4, generator=g, dtype=torch.float64)
+    x1, y1 = u[:, 0] * img_w * 0.8, u[:, 1] * img_h * 0.8
+    x2, y2 = x1 + 1 + u[:, 2] * img_w * 0.5, y1 + 1 + u[:, 3] * img_h * 0.5
+    b = torch.randint(0, n, (k,), generator=g).to(torch.float64)
+    return torch.stack([b, x1, y1, x2, y2], 1)
+
+
 def devices():
     out = ["cpu"]
     if torch.cuda.is_available():

@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 import torch
 
-from conftest import assert_sum_backward_close, devices
+from conftest import assert_sum_backward_close, devices, random_image_rois
 
 torchvision = pytest.importorskip("torchvision", reason="torchvision is not installed: no peer to compare against")
 from torchvision.ops import ps_roi_align as tv_ps_roi_align  # noqa: E402
@@ -23,12 +23,7 @@ TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-4, 1e-5), torch.float16
 def make_inputs(seed, n, c_out, ph, pw, h, w, k, scale, dtype, device):
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(n, c_out * ph * pw, h, w, generator=g, dtype=torch.float64) * 2 - 1
-    img_h, img_w = h / scale, w / scale
-    u = torch.rand(k, 4, generator=g, dtype=torch.float64)
-    x1, y1 = u[:, 0] * img_w * 0.8, u[:, 1] * img_h * 0.8
-    x2, y2 = x1 + 1 + u[:, 2] * img_w * 0.5, y1 + 1 + u[:, 3] * img_h * 0.5
-    b = torch.randint(0, n, (k,), generator=g).to(torch.float64)
-    rois = torch.stack([b, x1, y1, x2, y2], 1)
+    rois = random_image_rois(g, n, k, h, w, scale)
     return x.to(device, dtype), rois.to(device, dtype)
 
 

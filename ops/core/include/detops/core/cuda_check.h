@@ -32,20 +32,16 @@ inline void report_cuda_error(cudaError_t err, const char* expr, const char* fil
 
 }  // namespace detops
 
-#define DETOPS_CUDA_CHECK(expr)                                           \
-  do {                                                                    \
-    const cudaError_t detops_err_ = (expr);                               \
-    if (detops_err_ != cudaSuccess) {                                     \
-      ::detops::throw_cuda_error(detops_err_, #expr, __FILE__, __LINE__); \
-    }                                                                     \
+// DETOPS_CUDA_CHECK_WITH_(expr, on_error): on_error(err, text, file, line) when expr is not cudaSuccess.
+#define DETOPS_CUDA_CHECK_WITH_(expr, on_error)                \
+  do {                                                          \
+    const cudaError_t detops_err_ = (expr);                     \
+    if (detops_err_ != cudaSuccess) {                           \
+      on_error(detops_err_, #expr, __FILE__, __LINE__);         \
+    }                                                           \
   } while (0)
 
-#define DETOPS_CUDA_CHECK_NOTHROW(expr)                                    \
-  do {                                                                     \
-    const cudaError_t detops_err_ = (expr);                                \
-    if (detops_err_ != cudaSuccess) {                                      \
-      ::detops::report_cuda_error(detops_err_, #expr, __FILE__, __LINE__); \
-    }                                                                      \
-  } while (0)
+#define DETOPS_CUDA_CHECK(expr) DETOPS_CUDA_CHECK_WITH_(expr, ::detops::throw_cuda_error)
+#define DETOPS_CUDA_CHECK_NOTHROW(expr) DETOPS_CUDA_CHECK_WITH_(expr, ::detops::report_cuda_error)
 
 #define DETOPS_CHECK_LAUNCH() DETOPS_CUDA_CHECK(cudaGetLastError())
