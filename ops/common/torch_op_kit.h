@@ -477,6 +477,20 @@ struct OpDef {
   static constexpr Autograd kAutograd = Autograd::kNone;
 };
 
+// A kFunction forward whose gradient, for its first tensor argument only, is one backward op called as
+// Backward(grad, the forward's tensor arguments..., params): every tensor argument is saved (an absent
+// optional one as an undefined tensor). The losses' pattern.
+template <typename P, typename Backward>
+struct GradFirstThenInputs : OpDef<P> {
+  static constexpr Autograd kAutograd = Autograd::kFunction;
+  static TensorList saved(const TensorList& inputs, const TensorList&) { return inputs; }
+  static variable_list backward(const Saved<P>& s, const variable_list& grads) {
+    TensorList args{grads[0]};
+    args.insert(args.end(), s.tensors.begin(), s.tensors.end());
+    return {call<Backward>(args, s.params)};
+  }
+};
+
 // Meta for ops whose result has the shape and options of their I-th tensor argument. It reads the tensors
 // only: the scalar arguments are neither parsed nor checked (kTensorsOnly).
 template <std::size_t I>

@@ -2,6 +2,7 @@
 // Helpers for the torch bindings (ATen-facing; never included by kernels or references).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
@@ -87,5 +88,51 @@ class FirstInvalidRow {
   cudaStream_t stream_;
   at::Tensor slot_;
 };
+
+// A loss's reduction argument, 'none' | 'mean' | 'sum', as the op's enum (kNone, kMean, kSum); anything
+// else raises torchvision's ValueError ("Invalid Value for arg 'reduction'").
+template <typename Reduction>
+Reduction parse_reduction(const char* op, const std::string& reduction) {
+  if (reduction == "none") return Reduction::kNone;
+  if (reduction == "mean") return Reduction::kMean;
+  if (reduction == "sum") return Reduction::kSum;
+  TORCH_CHECK_VALUE(false, op, ": Invalid Value for arg 'reduction': '", reduction,
+                    "'. Supported reduction modes: 'none', 'mean', 'sum'");
+}
+
+template <typename Reduction>
+const char* reduction_name(Reduction reduction) {
+  switch (reduction) {
+    case Reduction::kNone: return "none";
+    case Reduction::kMean: return "mean";
+    case Reduction::kSum: return "sum";
+  }
+  TORCH_CHECK_VALUE(false, "unknown reduction code ", static_cast<int>(reduction));
+}
+
+// The gradient a loss's backward receives: a 0-d tensor for 'mean' / 'sum', the loss's shape for 'none'.
+inline void check_loss_grad(const char* op, const at::Tensor& grad, at::IntArrayRef loss_shape, bool reduced,
+                            const char* reduction) {
+  if (reduced) {
+    TORCH_CHECK_VALUE(grad.dim() == 0, op, ": grad must be a 0-d tensor for reduction '", reduction, "'; got shape ",
+                      shape_string(grad.sizes()));
+  } else {
+    TORCH_CHECK_VALUE(grad.sizes() == loss_shape, op, ": grad must have the loss's shape ", shape_string(loss_shape),
+                      " for reduction 'none'; got shape ", shape_string(grad.sizes()));
+  }
+}
+
+// The device skeleton of an entry point, on the device of `like` (named like_name): CUDA: a device guard
+// and cuda(current stream); CPU: cpu(); any other device raises.
+template <typename Cuda, typename Cpu>
+void run_on_device(const char* op, const char* like_name, const at::Tensor& like, Cuda&& cuda, Cpu&& cpu) {
+  if (like.is_cuda()) {
+    c10::cuda::CUDAGuard guard(like.device());
+    cuda(c10::cuda::getCurrentCUDAStream(like.device().index()).stream());
+    return;
+  }
+  TORCH_CHECK(like.is_cpu(), op, ": ", like_name, " must be a CPU or CUDA tensor; got ", like.device());
+  cpu();
+}
 
 }  // namespace detops

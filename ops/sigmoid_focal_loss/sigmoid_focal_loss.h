@@ -1,10 +1,8 @@
 #pragma once
 // Sigmoid focal loss launchers (CUDA and CPU), framework-free. Parameters: sigmoid_focal_loss_params.h.
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
-#include <functional>
 
+#include "common/entry_points.h"
 #include "detops/core/dtype.h"
 #include "sigmoid_focal_loss/sigmoid_focal_loss_params.h"
 
@@ -49,24 +47,15 @@ struct SigmoidFocalLossBackwardArgs {
   unsigned long long* first_invalid_row = nullptr;
 };
 
-// CUDA launchers: validate nothing (the framework layer does), return immediately on empty work, check
-// the launches. Asynchronous on `stream`. No atomics on values: 'none' and the backward write each element
+// CUDA launchers (common/entry_points.h). No atomics on values: 'none' and the backward write each element
 // from one thread; 'mean' / 'sum' reduce fixed chunks with a fixed tree (one kernel) and then the chunk
 // sums in one block (a second kernel), so the result is bitwise reproducible.
-void launch_sigmoid_focal_loss_forward(const SigmoidFocalLossParams& params, const SigmoidFocalLossForwardArgs& args,
-                                       DType dtype, cudaStream_t stream);
-void launch_sigmoid_focal_loss_backward(const SigmoidFocalLossParams& params,
-                                        const SigmoidFocalLossBackwardArgs& args, DType dtype, cudaStream_t stream);
+Launcher<SigmoidFocalLossParams, SigmoidFocalLossForwardArgs> launch_sigmoid_focal_loss_forward;
+Launcher<SigmoidFocalLossParams, SigmoidFocalLossBackwardArgs> launch_sigmoid_focal_loss_backward;
 
-// CPU implementations over the same per-element math. `parallel_for(begin, end, body)` may run body on
-// disjoint sub-ranges concurrently (elements, or the chunks of a reduction); each output element and each
-// chunk sum is written once, and the chunk sums are added in order, so results do not depend on the split.
-using FocalParallelFor =
-    std::function<void(std::int64_t, std::int64_t, const std::function<void(std::int64_t, std::int64_t)>&)>;
-void run_sigmoid_focal_loss_forward_cpu(const SigmoidFocalLossParams& params, const SigmoidFocalLossForwardArgs& args,
-                                        DType dtype, const FocalParallelFor& parallel_for);
-void run_sigmoid_focal_loss_backward_cpu(const SigmoidFocalLossParams& params,
-                                         const SigmoidFocalLossBackwardArgs& args, DType dtype,
-                                         const FocalParallelFor& parallel_for);
+// CPU implementations over the same per-element math. Each output element and each chunk sum is written
+// once, and the chunk sums are added in order (chunked_sum), so results do not depend on the split.
+CpuEntry<SigmoidFocalLossParams, SigmoidFocalLossForwardArgs> run_sigmoid_focal_loss_forward_cpu;
+CpuEntry<SigmoidFocalLossParams, SigmoidFocalLossBackwardArgs> run_sigmoid_focal_loss_backward_cpu;
 
 }  // namespace detops

@@ -5,14 +5,14 @@
 // The torchvision form with 16-byte-aligned tensors (what PyTorch allocates) takes vectorized kernels: each
 // thread loads 16 bytes of logits and of targets at a time (4 fp32, 8 fp16/bf16, 2 fp64), which keeps
 // enough bytes in flight to approach DRAM bandwidth; the chunked reduction keeps its chunks and its order.
+// Those kernels are compiled for gamma = 2 (RetinaNet's default, q * q) and for any gamma: the per-element
+// math, not memory, bounds the fp32 forward, so the branch and the unused pow path are worth removing.
 #include <cstdint>
-#include <utility>
 #include <string>
 
-#include "common/dispatch.h"
-#include "common/kernel_registry.h"
-#include "common/launch.h"
-#include "detops/core/cuda_check.h"
+#include "common/block_reduce.cuh"
+#include "common/kernel_launch.cuh"
+#include "common/vector_pack.cuh"
 #include "sigmoid_focal_loss/sigmoid_focal_loss_kernel.cuh"
 
 namespace detops {
@@ -45,29 +45,6 @@ __global__ void sigmoid_focal_loss_forward_kernel(FocalLossForm form, FocalCoeff
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += stride) {
     out[i] = from_acc<T>(element_loss<T>(form, k, i, num_classes, inputs, targets, weight, first_invalid_row));
   }
-}
-
-// Block-wide sum of one value per thread, in a fixed order (so deterministic): a shuffle tree within each
-// warp, the warps' sums through shared memory, and a shuffle tree over them in warp 0. One barrier pair
-// per call instead of a barrier per tree level. The result is valid in thread 0. Every thread of the
-// block must call it; Threads is a multiple of 32, at most 1024.
-template <typename Acc, int Threads>
-__device__ __forceinline__ Acc block_sum(Acc v, Acc* shared) {
-  static_assert(Threads % 32 == 0 && Threads <= 1024, "whole warps, at most 32 of them");
-  constexpr unsigned kAll = 0xffffffffu;
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(kAll, v, o);
-  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) / 32;
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  Acc total = Acc(0);
-  if (warp == 0) {
-    total = lane < Threads / 32 ? shared[lane] : Acc(0);
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) total += __shfl_down_sync(kAll, total, o);
-  }
-  __syncthreads();  // shared may be reused by the caller's next iteration
-  return total;
 }
 
 template <typename T>
@@ -126,17 +103,8 @@ __global__ void sigmoid_focal_loss_backward_kernel(FocalLossForm form, FocalCoef
   }
 }
 
-// 16 bytes of T, loaded and stored as one vector.
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int kN = static_cast<int>(16 / sizeof(T));
-  T v[kN];
-};
-
-inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
-
 // Torchvision form, 'none': out[i] = loss(x[i], t[i]), a Pack per thread per step, then the tail.
-template <typename T>
+template <typename T, int Gamma>
 __global__ void sigmoid_focal_loss_forward_vec_kernel(FocalCoeffs<acc_t<T>> k, std::int64_t numel,
                                                       const T* __restrict__ inputs, const T* __restrict__ targets,
                                                       T* __restrict__ out) {
@@ -146,22 +114,21 @@ __global__ void sigmoid_focal_loss_forward_vec_kernel(FocalCoeffs<acc_t<T>> k, s
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   for (std::int64_t v = first; v < packs; v += stride) {
-    const Pack<T> x = reinterpret_cast<const Pack<T>*>(inputs)[v];
-    const Pack<T> t = reinterpret_cast<const Pack<T>*>(targets)[v];
+    const Pack<T> x = load_pack(inputs, v), t = load_pack(targets, v);
     Pack<T> o;
 #pragma unroll
-    for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(focal_loss_value(to_acc<Acc>(x.v[j]), to_acc<Acc>(t.v[j]), k));
-    reinterpret_cast<Pack<T>*>(out)[v] = o;
+    for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(focal_loss_value<Acc, Gamma>(to_acc<Acc>(x.v[j]), to_acc<Acc>(t.v[j]), k));
+    store_pack(out, v, o);
   }
   for (std::int64_t i = packs * N + first; i < numel; i += stride) {
-    out[i] = from_acc<T>(focal_loss_value(to_acc<Acc>(inputs[i]), to_acc<Acc>(targets[i]), k));
+    out[i] = from_acc<T>(focal_loss_value<Acc, Gamma>(to_acc<Acc>(inputs[i]), to_acc<Acc>(targets[i]), k));
   }
 }
 
 // Torchvision form, 'mean' / 'sum': the same chunks of kFocalLossChunk elements as the scalar kernel, each
 // thread summing kPerThread / N Packs (a partial Pack at the end of the last chunk element by element),
 // then the same block tree. Deterministic; the order within a thread differs from the scalar kernel's.
-template <typename T>
+template <typename T, int Gamma>
 __global__ void __launch_bounds__(kThreads)
     sigmoid_focal_loss_chunk_vec_kernel(FocalCoeffs<acc_t<T>> k, std::int64_t numel, const T* __restrict__ inputs,
                                         const T* __restrict__ targets, acc_t<T>* __restrict__ partials) {
@@ -177,12 +144,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < kPacksPerThread; ++r) {
       const std::int64_t e0 = c * kFocalLossChunk + (static_cast<std::int64_t>(r) * kThreads + threadIdx.x) * N;
       if (e0 + N <= numel) {
-        const Pack<T> x = reinterpret_cast<const Pack<T>*>(inputs + e0)[0];
-        const Pack<T> t = reinterpret_cast<const Pack<T>*>(targets + e0)[0];
+        const Pack<T> x = load_pack(inputs + e0, 0), t = load_pack(targets + e0, 0);
 #pragma unroll
-        for (int j = 0; j < N; ++j) sum += focal_loss_value(to_acc<Acc>(x.v[j]), to_acc<Acc>(t.v[j]), k);
+        for (int j = 0; j < N; ++j) sum += focal_loss_value<Acc, Gamma>(to_acc<Acc>(x.v[j]), to_acc<Acc>(t.v[j]), k);
       } else {
-        for (std::int64_t i = e0; i < numel; ++i) sum += focal_loss_value(to_acc<Acc>(inputs[i]), to_acc<Acc>(targets[i]), k);
+        for (std::int64_t i = e0; i < numel; ++i) {
+          sum += focal_loss_value<Acc, Gamma>(to_acc<Acc>(inputs[i]), to_acc<Acc>(targets[i]), k);
+        }
       }
     }
     const Acc total = block_sum<Acc, kThreads>(sum, shared);
@@ -191,7 +159,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Torchvision form, backward: grad_stride 0 (mean / sum: one upstream value) or 1 (none, Pack-loaded).
-template <typename T>
+template <typename T, int Gamma>
 __global__ void sigmoid_focal_loss_backward_vec_kernel(FocalCoeffs<acc_t<T>> k, std::int64_t numel,
                                                        const T* __restrict__ grad, std::int64_t grad_stride,
                                                        acc_t<T> grad_scale, const T* __restrict__ inputs,
@@ -203,54 +171,45 @@ __global__ void sigmoid_focal_loss_backward_vec_kernel(FocalCoeffs<acc_t<T>> k, 
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
   const Acc g0 = grad_stride == 0 ? to_acc<Acc>(grad[0]) * grad_scale : Acc(0);
   for (std::int64_t v = first; v < packs; v += stride) {
-    const Pack<T> x = reinterpret_cast<const Pack<T>*>(inputs)[v];
-    const Pack<T> t = reinterpret_cast<const Pack<T>*>(targets)[v];
+    const Pack<T> x = load_pack(inputs, v), t = load_pack(targets, v);
     Pack<T> up;
-    if (grad_stride != 0) up = reinterpret_cast<const Pack<T>*>(grad)[v];
+    if (grad_stride != 0) up = load_pack(grad, v);
     Pack<T> o;
 #pragma unroll
     for (int j = 0; j < N; ++j) {
       const Acc g = grad_stride == 0 ? g0 : to_acc<Acc>(up.v[j]) * grad_scale;
-      o.v[j] = from_acc<T>(g * focal_loss_grad(to_acc<Acc>(x.v[j]), to_acc<Acc>(t.v[j]), k));
+      o.v[j] = from_acc<T>(g * focal_loss_grad<Acc, Gamma>(to_acc<Acc>(x.v[j]), to_acc<Acc>(t.v[j]), k));
     }
-    reinterpret_cast<Pack<T>*>(grad_inputs)[v] = o;
+    store_pack(grad_inputs, v, o);
   }
   for (std::int64_t i = packs * N + first; i < numel; i += stride) {
     const Acc g = grad_stride == 0 ? g0 : to_acc<Acc>(grad[i]) * grad_scale;
-    grad_inputs[i] = from_acc<T>(g * focal_loss_grad(to_acc<Acc>(inputs[i]), to_acc<Acc>(targets[i]), k));
+    grad_inputs[i] = from_acc<T>(g * focal_loss_grad<Acc, Gamma>(to_acc<Acc>(inputs[i]), to_acc<Acc>(targets[i]), k));
   }
 }
 
-// register_kernel copies the names. Both forms run the scalar kernels; the torchvision form also the
-// vectorized ones.
-template <typename T>
-void register_type_kernels(const char* type_name) {
-  const std::string args = std::string("<") + type_name + ">";
-  const std::pair<const char*, const void*> scalar[] = {
-      {"sigmoid_focal_loss_forward_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_forward_kernel<T>)},
-      {"sigmoid_focal_loss_chunk_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_chunk_kernel<T>)},
-      {"sigmoid_focal_loss_finish_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_finish_kernel<T>)},
-      {"sigmoid_focal_loss_backward_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_backward_kernel<T>)}};
-  const std::pair<const char*, const void*> vectorized[] = {
-      {"sigmoid_focal_loss_forward_vec_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_forward_vec_kernel<T>)},
-      {"sigmoid_focal_loss_chunk_vec_kernel", reinterpret_cast<const void*>(&sigmoid_focal_loss_chunk_vec_kernel<T>)},
-      {"sigmoid_focal_loss_backward_vec_kernel",
-       reinterpret_cast<const void*>(&sigmoid_focal_loss_backward_vec_kernel<T>)}};
+// Both forms run the scalar kernels; the torchvision form also the vectorized ones.
+const bool kRegistered = for_each_floating_type([](auto tag, const char* type) {
+  using T = typename decltype(tag)::type;
   for (const FocalLossForm form : {FocalLossForm::kTorchvision, FocalLossForm::kMmcv}) {
-    for (const auto& [name, symbol] : scalar) register_kernel(sigmoid_focal_loss_op_name(form), (name + args).c_str(), symbol);
+    const char* op = sigmoid_focal_loss_op_name(form);
+    register_instantiation(op, "sigmoid_focal_loss_forward_kernel", type, &sigmoid_focal_loss_forward_kernel<T>);
+    register_instantiation(op, "sigmoid_focal_loss_chunk_kernel", type, &sigmoid_focal_loss_chunk_kernel<T>);
+    register_instantiation(op, "sigmoid_focal_loss_finish_kernel", type, &sigmoid_focal_loss_finish_kernel<T>);
+    register_instantiation(op, "sigmoid_focal_loss_backward_kernel", type, &sigmoid_focal_loss_backward_kernel<T>);
   }
-  for (const auto& [name, symbol] : vectorized) {
-    register_kernel(sigmoid_focal_loss_op_name(FocalLossForm::kTorchvision), (name + args).c_str(), symbol);
-  }
-}
-
-const bool kRegistered = [] {
-  register_type_kernels<double>("double");
-  register_type_kernels<float>("float");
-  register_type_kernels<__half>("half");
-  register_type_kernels<__nv_bfloat16>("bfloat16");
-  return true;
-}();
+  const auto gammas = [type](const char* kernel, auto two, auto any) {
+    const char* op = sigmoid_focal_loss_op_name(FocalLossForm::kTorchvision);
+    register_instantiation(op, kernel, std::string(type) + ", 2", two);
+    register_instantiation(op, kernel, std::string(type) + ", any", any);
+  };
+  gammas("sigmoid_focal_loss_forward_vec_kernel", &sigmoid_focal_loss_forward_vec_kernel<T, kGammaTwo>,
+         &sigmoid_focal_loss_forward_vec_kernel<T, kGammaAny>);
+  gammas("sigmoid_focal_loss_chunk_vec_kernel", &sigmoid_focal_loss_chunk_vec_kernel<T, kGammaTwo>,
+         &sigmoid_focal_loss_chunk_vec_kernel<T, kGammaAny>);
+  gammas("sigmoid_focal_loss_backward_vec_kernel", &sigmoid_focal_loss_backward_vec_kernel<T, kGammaTwo>,
+         &sigmoid_focal_loss_backward_vec_kernel<T, kGammaAny>);
+});
 
 }  // namespace
 
@@ -261,38 +220,33 @@ void launch_sigmoid_focal_loss_forward(const SigmoidFocalLossParams& params, con
     using T = typename decltype(tag)::type;
     using Acc = acc_t<T>;
     const FocalCoeffs<Acc> k = focal_coeffs<Acc>(params);
-    const T* inputs = static_cast<const T*>(args.inputs);
-    const T* weight = static_cast<const T*>(args.weight);
+    const bool two = k.gamma_kind == 2;  // the kGammaTwo instantiations
     const bool vec = params.form == FocalLossForm::kTorchvision && aligned16(args.inputs) && aligned16(args.targets);
-    const T* targets = static_cast<const T*>(args.targets);
-    if (params.reduction == FocalLossReduction::kNone && vec && aligned16(args.out)) {
-      sigmoid_focal_loss_forward_vec_kernel<T>
-          <<<grid_for(args.numel / Pack<T>::kN, kThreads), kThreads, 0, stream>>>(k, args.numel, inputs, targets,
-                                                                                 static_cast<T*>(args.out));
-      DETOPS_CHECK_LAUNCH();
-      return;
-    }
     if (params.reduction == FocalLossReduction::kNone) {
-      sigmoid_focal_loss_forward_kernel<T><<<grid_for(args.numel, kThreads), kThreads, 0, stream>>>(
-          params.form, k, args.numel, args.num_classes, inputs, args.targets, weight, static_cast<T*>(args.out),
-          args.first_invalid_row);
-      DETOPS_CHECK_LAUNCH();
+      if (vec && aligned16(args.out)) {
+        launch_kernel(two ? &sigmoid_focal_loss_forward_vec_kernel<T, kGammaTwo>
+                          : &sigmoid_focal_loss_forward_vec_kernel<T, kGammaAny>,
+                      grid_for(args.numel / Pack<T>::kN, kThreads), kThreads, stream, k, args.numel, args.inputs,
+                      args.targets, args.out);
+      } else {
+        launch_grid_stride(&sigmoid_focal_loss_forward_kernel<T>, args.numel, kThreads, stream, params.form, k,
+                           args.numel, args.num_classes, args.inputs, args.targets, args.weight, args.out,
+                           args.first_invalid_row);
+      }
       return;
     }
     const std::int64_t chunks = sigmoid_focal_loss_chunk_count(args.numel);
-    Acc* partials = static_cast<Acc*>(args.partials);
     if (vec) {
-      sigmoid_focal_loss_chunk_vec_kernel<T><<<grid_for(chunks, 1), kThreads, 0, stream>>>(k, args.numel, inputs,
-                                                                                            targets, partials);
+      launch_kernel(two ? &sigmoid_focal_loss_chunk_vec_kernel<T, kGammaTwo>
+                        : &sigmoid_focal_loss_chunk_vec_kernel<T, kGammaAny>,
+                    grid_for(chunks, 1), kThreads, stream, k, args.numel, args.inputs, args.targets, args.partials);
     } else {
-      sigmoid_focal_loss_chunk_kernel<T><<<grid_for(chunks, 1), kThreads, 0, stream>>>(
-          params.form, k, args.numel, args.num_classes, inputs, args.targets, weight, partials, args.first_invalid_row);
+      launch_kernel(&sigmoid_focal_loss_chunk_kernel<T>, grid_for(chunks, 1), kThreads, stream, params.form, k,
+                    args.numel, args.num_classes, args.inputs, args.targets, args.weight, args.partials,
+                    args.first_invalid_row);
     }
-    DETOPS_CHECK_LAUNCH();
-    sigmoid_focal_loss_finish_kernel<T><<<1, kFinishThreads, 0, stream>>>(chunks, partials,
-                                                                          static_cast<Acc>(args.scale),
-                                                                          static_cast<T*>(args.out));
-    DETOPS_CHECK_LAUNCH();
+    launch_kernel(&sigmoid_focal_loss_finish_kernel<T>, 1, kFinishThreads, stream, chunks, args.partials,
+                  static_cast<Acc>(args.scale), args.out);
   });
 }
 
@@ -302,21 +256,20 @@ void launch_sigmoid_focal_loss_backward(const SigmoidFocalLossParams& params,
   dispatch_floating(dtype, "sigmoid_focal_loss_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = acc_t<T>;
+    const FocalCoeffs<Acc> k = focal_coeffs<Acc>(params);
+    const bool two = k.gamma_kind == 2;  // the kGammaTwo instantiations
     const bool vec = params.form == FocalLossForm::kTorchvision && aligned16(args.inputs) && aligned16(args.targets) &&
                      aligned16(args.grad_inputs) && (args.grad_stride == 0 || (args.grad_stride == 1 && aligned16(args.grad)));
     if (vec) {
-      sigmoid_focal_loss_backward_vec_kernel<T><<<grid_for(args.numel / Pack<T>::kN, kThreads), kThreads, 0, stream>>>(
-          focal_coeffs<Acc>(params), args.numel, static_cast<const T*>(args.grad), args.grad_stride,
-          static_cast<Acc>(args.grad_scale), static_cast<const T*>(args.inputs), static_cast<const T*>(args.targets),
-          static_cast<T*>(args.grad_inputs));
-      DETOPS_CHECK_LAUNCH();
+      launch_kernel(two ? &sigmoid_focal_loss_backward_vec_kernel<T, kGammaTwo>
+                        : &sigmoid_focal_loss_backward_vec_kernel<T, kGammaAny>,
+                    grid_for(args.numel / Pack<T>::kN, kThreads), kThreads, stream, k, args.numel, args.grad,
+                    args.grad_stride, static_cast<Acc>(args.grad_scale), args.inputs, args.targets, args.grad_inputs);
       return;
     }
-    sigmoid_focal_loss_backward_kernel<T><<<grid_for(args.numel, kThreads), kThreads, 0, stream>>>(
-        params.form, focal_coeffs<Acc>(params), args.numel, args.num_classes, static_cast<const T*>(args.grad),
-        args.grad_stride, static_cast<Acc>(args.grad_scale), static_cast<const T*>(args.inputs), args.targets,
-        static_cast<const T*>(args.weight), static_cast<T*>(args.grad_inputs), args.first_invalid_row);
-    DETOPS_CHECK_LAUNCH();
+    launch_grid_stride(&sigmoid_focal_loss_backward_kernel<T>, args.numel, kThreads, stream, params.form, k,
+                       args.numel, args.num_classes, args.grad, args.grad_stride, static_cast<Acc>(args.grad_scale),
+                       args.inputs, args.targets, args.weight, args.grad_inputs, args.first_invalid_row);
   });
 }
 

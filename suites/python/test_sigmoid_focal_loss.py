@@ -198,12 +198,19 @@ def test_errors_match_torchvision_types():
         detops.sigmoid_focal_loss(x, t, reduction="avg")
     with pytest.raises(ValueError, match=r"targets must have the shape of inputs \[3, 4\]; got \[4, 3\]"):
         detops.sigmoid_focal_loss(x, t.t().contiguous())
-    with pytest.raises(TypeError, match="targets dtype"):
-        detops.sigmoid_focal_loss(x, t.long())
-    with pytest.raises(TypeError, match="inputs must be float64, float32, float16 or bfloat16"):
-        detops.sigmoid_focal_loss(x.long(), t.long())
+    # Integer targets: torchvision raises RuntimeError (the loss cannot be cast to them); integer logits:
+    # NotImplementedError (no log_sigmoid kernel). DetOps raises the same types, naming the argument.
+    for ints in (torch.long, torch.int32):
+        with pytest.raises(RuntimeError):
+            tv_focal(x, t.to(ints))
+        with pytest.raises(RuntimeError, match="targets must be a floating-point tensor"):
+            detops.sigmoid_focal_loss(x, t.to(ints))
+    with pytest.raises(NotImplementedError):
+        tv_focal(x.long(), t.long())
+    with pytest.raises(NotImplementedError, match="inputs must be float64, float32, float16 or bfloat16"):
+        detops.sigmoid_focal_loss(x.long(), t)
     with pytest.raises(ValueError, match="gamma"):
-        detops.sigmoid_focal_loss(x, t, 0.25, -1.0)
+        detops.sigmoid_focal_loss(x, t, 0.25, float("inf"))
     # Still usable afterwards.
     torch.testing.assert_close(detops.sigmoid_focal_loss(x, t), tv_focal(x, t))
 
@@ -296,3 +303,31 @@ def test_mmcv_form_is_the_torchvision_form_on_one_hot_targets():
                                tv_focal(x, onehot, 0.25, 2.0, "none"))
     torch.testing.assert_close(detops.sigmoid_focal_loss_mmcv(x, target, 2.0, 0.25, None, "mean"),
                                tv_focal(x, onehot, 0.25, 2.0, "sum") / 20)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_mixed_dtypes_and_negative_gamma_as_torchvision(device):
+    """torchvision's formula promotes logits and targets of two floating dtypes and takes any gamma; so do
+    we: the result has the promoted dtype and the value torchvision gives, and the gradient reaches the
+    logits in their own dtype."""
+    g = torch.Generator().manual_seed(11)
+    x64 = torch.randn(6, 7, generator=g, dtype=torch.float64) * 2
+    t64 = (torch.rand(6, 7, generator=g, dtype=torch.float64) < 0.3).double()
+    for xd, td in ((torch.float32, torch.float64), (torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                   (torch.float64, torch.float16)):
+        x = x64.to(device, xd).requires_grad_()
+        t = t64.to(device, td)
+        for gamma, reduction in ((2.0, "sum"), (-0.5, "none"), (1.5, "mean")):
+            ours = detops.sigmoid_focal_loss(x, t, 0.25, gamma, reduction)
+            xr = x.detach().double().requires_grad_()
+            truth = tv_focal(xr, t.double(), 0.25, gamma, reduction)
+            assert ours.dtype == torch.promote_types(xd, td), (xd, td, ours.dtype)
+            atol, rtol = TOL[ours.dtype]
+            torch.testing.assert_close(ours.double().cpu(), truth.detach().cpu(), atol=atol, rtol=rtol,
+                                       msg=lambda m: f"{xd} x {td} gamma={gamma} {reduction} {device}: {m}")
+            (gx,) = torch.autograd.grad(ours.sum(), x)
+            (gt,) = torch.autograd.grad(truth.sum(), xr)
+            assert gx.dtype == xd
+            atol, rtol = TOL[xd]
+            torch.testing.assert_close(gx.double().cpu(), gt.cpu(), atol=atol, rtol=rtol,
+                                       msg=lambda m: f"grad {xd} x {td} gamma={gamma} {reduction} {device}: {m}")
