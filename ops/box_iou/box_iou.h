@@ -12,13 +12,14 @@ namespace detops {
 // for fp64, float for fp32, fp16 and bf16 (torchvision's ops also return float32 for half-precision boxes).
 // Gradients with respect to the boxes are in the boxes' dtype.
 
-// boxes1 [n, 4] and boxes2 [m, 4] contiguous, (x1, y1, x2, y2), one dtype; out [n, m] contiguous, in the
-// accumulation type.
+// boxes1 [batch, n, 4] and boxes2 [batch, m, 4] contiguous, (x1, y1, x2, y2), one dtype; out [batch, n, m]
+// contiguous, in the accumulation type: batch independent [n, 4] x [m, 4] problems.
 struct BoxIouPairwiseArgs {
   std::int64_t n = 0, m = 0;
   const void* boxes1 = nullptr;
   const void* boxes2 = nullptr;
   void* out = nullptr;
+  std::int64_t batch = 1;
 };
 
 // boxes1, boxes2 [n, 4] contiguous, one dtype. loss [n] contiguous, in the accumulation type: the per-pair

@@ -20,23 +20,26 @@ void dispatch_box_iou_cpu(const char* what, BoxIouVariant variant, DType dtype, 
 
 void run_box_iou_pairwise_cpu(const BoxIouParams& params, const BoxIouPairwiseArgs& args, DType dtype,
                               const ParallelFor& parallel_for) {
-  dispatch_box_iou_cpu("box_iou_pairwise_cpu", params.variant, dtype, args.n * args.m, [&](auto vtag, auto tag) {
+  dispatch_box_iou_cpu("box_iou_pairwise_cpu", params.variant, dtype, args.batch * args.n * args.m,
+                       [&](auto vtag, auto tag) {
     constexpr BoxIouVariant V = decltype(vtag)::value;
     using T = typename decltype(tag)::type;
     using Acc = acc_t<T>;
-    const T* boxes1 = static_cast<const T*>(args.boxes1);
-    const T* boxes2 = static_cast<const T*>(args.boxes2);
-    Acc* out = static_cast<Acc*>(args.out);
     const Acc eps = static_cast<Acc>(params.eps);
     std::vector<BoxGeometry<Acc>> cols(static_cast<size_t>(args.m));
-    for (std::int64_t j = 0; j < args.m; ++j) cols[static_cast<size_t>(j)] = box_geometry<V, T, Acc>(boxes2 + j * 4);
-    parallel_for_each(parallel_for, args.n, [&](std::int64_t i) {
-      const BoxGeometry<Acc> row = box_geometry<V, T, Acc>(boxes1 + i * 4);
-      Acc* out_row = out + i * args.m;
-      for (std::int64_t j = 0; j < args.m; ++j) {
-        out_row[j] = box_iou_pairwise_value<V, Acc>(row, cols[static_cast<size_t>(j)], eps);
-      }
-    });
+    for (std::int64_t b = 0; b < args.batch; ++b) {
+      const T* boxes1 = static_cast<const T*>(args.boxes1) + b * args.n * 4;
+      const T* boxes2 = static_cast<const T*>(args.boxes2) + b * args.m * 4;
+      Acc* out = static_cast<Acc*>(args.out) + b * args.n * args.m;
+      for (std::int64_t j = 0; j < args.m; ++j) cols[static_cast<size_t>(j)] = box_geometry<V, T, Acc>(boxes2 + j * 4);
+      parallel_for_each(parallel_for, args.n, [&](std::int64_t i) {
+        const BoxGeometry<Acc> row = box_geometry<V, T, Acc>(boxes1 + i * 4);
+        Acc* out_row = out + i * args.m;
+        for (std::int64_t j = 0; j < args.m; ++j) {
+          out_row[j] = box_iou_pairwise_value<V, Acc>(row, cols[static_cast<size_t>(j)], eps);
+        }
+      });
+    }
   });
 }
 

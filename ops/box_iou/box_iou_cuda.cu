@@ -1,5 +1,5 @@
 // Box IoU family CUDA kernels, templated on the variant.
-// Pairwise: 2-D tiles of 32 x 128 outputs per 32 x 8-thread block; the tile's boxes are prepared once
+// Pairwise: a batch of independent problems (grid z, grid-stride); 2-D tiles of 32 x 128 outputs per 32 x 8-thread block; the tile's boxes are prepared once
 // (coordinates, area, CIoU angle) into shared memory, each thread computes 4 x 4 outputs, and a warp
 // writes 32 consecutive elements of an output row at a time. Tiles are walked with grid-stride loops in
 // both dimensions and every index is 64-bit, so any N x M is covered.
@@ -27,8 +27,9 @@ static_assert(kBlockX * kBlockY >= kTileRows + kTileCols, "one thread per staged
 
 template <BoxIouVariant V, typename T>
 __global__ void __launch_bounds__(kBlockX * kBlockY)
-    box_iou_pairwise_kernel(BoxIouParams p, std::int64_t n, std::int64_t m, const T* __restrict__ boxes1,
-                            const T* __restrict__ boxes2, acc_t<T>* __restrict__ out) {
+    box_iou_pairwise_kernel(BoxIouParams p, std::int64_t batch, std::int64_t n, std::int64_t m,
+                            const T* __restrict__ boxes1_all, const T* __restrict__ boxes2_all,
+                            acc_t<T>* __restrict__ out_all) {
   using Acc = acc_t<T>;
   __shared__ BoxGeometry<Acc> rows[kTileRows];
   __shared__ BoxGeometry<Acc> cols[kTileCols];
@@ -37,30 +38,35 @@ __global__ void __launch_bounds__(kBlockX * kBlockY)
   const std::int64_t row_tiles = (n + kTileRows - 1) / kTileRows;
   const std::int64_t col_tiles = (m + kTileCols - 1) / kTileCols;
   // The loop bounds depend only on blockIdx / gridDim, so every thread of a block reaches each barrier.
-  for (std::int64_t rt = blockIdx.y; rt < row_tiles; rt += gridDim.y) {
-    for (std::int64_t ct = blockIdx.x; ct < col_tiles; ct += gridDim.x) {
-      const std::int64_t row0 = rt * kTileRows, col0 = ct * kTileCols;
-      __syncthreads();  // the previous tile's boxes are no longer being read
-      if (tid < kTileRows) {
-        const std::int64_t i = row0 + tid;
-        if (i < n) rows[tid] = box_geometry<V, T, Acc>(boxes1 + i * 4);
-      } else if (tid < kTileRows + kTileCols) {
-        const int c = tid - kTileRows;
-        const std::int64_t j = col0 + c;
-        if (j < m) cols[c] = box_geometry<V, T, Acc>(boxes2 + j * 4);
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) {
-        const int lr = static_cast<int>(threadIdx.y) + r * kBlockY;
-        const std::int64_t i = row0 + lr;
-        if (i >= n) break;
-        Acc* out_row = out + i * m;
-#pragma unroll
-        for (int k = 0; k < kColsPerThread; ++k) {
-          const int lc = static_cast<int>(threadIdx.x) + k * kBlockX;
-          const std::int64_t j = col0 + lc;
-          if (j < m) out_row[j] = box_iou_pairwise_value<V, Acc>(rows[lr], cols[lc], eps);
+  for (std::int64_t bz = blockIdx.z; bz < batch; bz += gridDim.z) {
+    const T* boxes1 = boxes1_all + bz * n * 4;
+    const T* boxes2 = boxes2_all + bz * m * 4;
+    acc_t<T>* out = out_all + bz * n * m;
+    for (std::int64_t rt = blockIdx.y; rt < row_tiles; rt += gridDim.y) {
+      for (std::int64_t ct = blockIdx.x; ct < col_tiles; ct += gridDim.x) {
+        const std::int64_t row0 = rt * kTileRows, col0 = ct * kTileCols;
+        __syncthreads();  // the previous tile's boxes are no longer being read
+        if (tid < kTileRows) {
+          const std::int64_t i = row0 + tid;
+          if (i < n) rows[tid] = box_geometry<V, T, Acc>(boxes1 + i * 4);
+        } else if (tid < kTileRows + kTileCols) {
+          const int c = tid - kTileRows;
+          const std::int64_t j = col0 + c;
+          if (j < m) cols[c] = box_geometry<V, T, Acc>(boxes2 + j * 4);
+        }
+        __syncthreads();
+  #pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+          const int lr = static_cast<int>(threadIdx.y) + r * kBlockY;
+          const std::int64_t i = row0 + lr;
+          if (i >= n) break;
+          Acc* out_row = out + i * m;
+  #pragma unroll
+          for (int k = 0; k < kColsPerThread; ++k) {
+            const int lc = static_cast<int>(threadIdx.x) + k * kBlockX;
+            const std::int64_t j = col0 + lc;
+            if (j < m) out_row[j] = box_iou_pairwise_value<V, Acc>(rows[lr], cols[lc], eps);
+          }
         }
       }
     }
@@ -145,12 +151,13 @@ unsigned capped_blocks(std::int64_t tiles) {
 
 void launch_box_iou_pairwise(const BoxIouParams& params, const BoxIouPairwiseArgs& args, DType dtype,
                              cudaStream_t stream) {
-  if (args.n == 0 || args.m == 0) return;
+  if (args.n == 0 || args.m == 0 || args.batch == 0) return;
   const dim3 block(kBlockX, kBlockY);
-  const dim3 grid(capped_blocks((args.m + kTileCols - 1) / kTileCols), capped_blocks((args.n + kTileRows - 1) / kTileRows));
+  const dim3 grid(capped_blocks((args.m + kTileCols - 1) / kTileCols), capped_blocks((args.n + kTileRows - 1) / kTileRows),
+                  capped_blocks(args.batch));
   dispatch_variant_and_floating(params.variant, dtype, "box_iou_pairwise", [&](auto vtag, auto tag) {
     launch_kernel(&box_iou_pairwise_kernel<decltype(vtag)::value, typename decltype(tag)::type>, grid, block, stream,
-                  params, args.n, args.m, args.boxes1, args.boxes2, args.out);
+                  params, args.batch, args.n, args.m, args.boxes1, args.boxes2, args.out);
   });
 }
 

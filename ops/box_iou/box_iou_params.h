@@ -20,7 +20,7 @@ enum class LossReduction : std::uint8_t { kNone, kMean, kSum };
 // denominator, as torchvision does; IoU and GIoU do not use it.
 struct BoxIouParams {
   BoxIouVariant variant = BoxIouVariant::kIoU;
-  double eps = 1e-7;  // finite, >= 0
+  double eps = 1e-7;  // any value, as torchvision (negative, inf and NaN included)
 };
 
 // The element-wise losses [N, 4] x [N, 4] -> [N] or a scalar (iou_loss, generalized_box_iou_loss,
@@ -29,7 +29,7 @@ struct BoxIouParams {
 struct BoxIouLossParams {
   BoxIouVariant variant = BoxIouVariant::kIoU;
   LossReduction reduction = LossReduction::kNone;
-  double eps = 1e-7;  // finite, >= 0
+  double eps = 1e-7;  // any value, as torchvision (negative, inf and NaN included)
 };
 
 // torchvision's complete_box_iou_loss computes its DIoU part (the union and the diagonal denominators,

@@ -11,19 +11,20 @@
 
 namespace detops {
 
-// Outputs are float64 for float64 boxes and float32 for float32, float16 and bfloat16 boxes (torchvision's
-// ops also return float32 for half-precision boxes); gradients have the boxes' dtype.
+// Dtypes as torchvision's: the boxes are computed in their promoted dtype (integer and bool boxes in
+// float32; float16 / bfloat16 in float32 arithmetic); outputs are float64 for float64 computation and
+// float32 otherwise; gradients have each box tensor's dtype.
 
-// boxes1 [N, 4], boxes2 [M, 4] (x1, y1, x2, y2), any strides, one floating dtype and device -> [N, M]
-// contiguous.
+// boxes1 [..., N, 4] (or one box [4]), boxes2 [..., M, 4] (x1, y1, x2, y2), leading dimensions broadcast,
+// any strides, one device -> [..., N, M] contiguous.
 at::Tensor box_iou_pairwise(const at::Tensor& boxes1, const at::Tensor& boxes2, const BoxIouParams& params);
 
-// boxes1, boxes2 [N, 4] -> the per-pair losses [N] (reduction 'none') or their mean or sum as a 0-d
-// tensor.
+// boxes1 [..., 4] and boxes2 broadcastable to boxes1's shape -> the per-pair losses shaped like boxes1
+// without its last dimension (reduction 'none') or their mean or sum as a 0-d tensor.
 at::Tensor box_iou_loss_forward(const at::Tensor& boxes1, const at::Tensor& boxes2, const BoxIouLossParams& params);
 
-// grad shaped like the forward's output ([N], any strides, or 0-d) and of its dtype -> (grad_boxes1,
-// grad_boxes2), [N, 4] contiguous in the boxes' dtype.
+// grad shaped like the forward's output (any strides, stride 0 included, or 0-d) and of its dtype ->
+// (grad_boxes1, grad_boxes2) shaped like boxes1 and boxes2 (boxes2's summed over its broadcast dimensions).
 std::tuple<at::Tensor, at::Tensor> box_iou_loss_backward(const at::Tensor& grad, const at::Tensor& boxes1,
                                                          const at::Tensor& boxes2, const BoxIouLossParams& params);
 
@@ -34,14 +35,13 @@ at::Tensor complete_box_iou_loss_alpha_at(const at::Tensor& boxes1, const at::Te
                                           const at::Tensor& alpha_boxes1, const at::Tensor& alpha_boxes2,
                                           const BoxIouLossParams& params);
 
-// The schema's strings: reduction 'none' | 'mean' | 'sum' (ValueError otherwise, naming `op`), and the
-// variant names of _box_iou_loss_backward: 'iou' | 'giou' | 'diou' | 'ciou'.
-LossReduction parse_loss_reduction(const std::string& reduction, const char* op);
-const char* loss_reduction_name(LossReduction reduction);
+// The variant names of _box_iou_loss_backward: 'iou' | 'giou' | 'diou' | 'ciou' (ValueError otherwise,
+// naming `op`). The reduction is parsed by parse_reduction<LossReduction> (common/torch_utils.h).
 BoxIouVariant parse_box_iou_variant(const std::string& variant, const char* op);
 const char* box_iou_variant_name(BoxIouVariant variant);
 
-// Loss params from the schema's arguments, validated (reduction string, eps finite and >= 0).
+// Loss params from the schema's arguments: the reduction string parsed (torchvision's ValueError
+// otherwise); eps taken as it is (any float, as torchvision).
 BoxIouLossParams make_box_iou_loss_params(BoxIouVariant variant, const std::string& reduction, double eps);
 
 }  // namespace detops

@@ -21,23 +21,34 @@
 namespace detops {
 
 // The one rois check: rois [K, 5] of (batch_index, x1, y1, x2, y2) on `like`'s device with its dtype.
-// Meta kernels (like == nullptr) check the shape only, with the shorter message they have always given.
+// Meta kernels (like == nullptr) check the shape only. Error types are torchvision's for the same
+// condition (its kernels index rois.size(1) and check with TORCH_CHECK): IndexError for rois of fewer than
+// 2 dimensions, RuntimeError for another shape, device or dtype.
 inline void check_rois(const char* op, const at::Tensor& rois, const char* like_name, const at::Tensor* like) {
-  if (like == nullptr) {
-    TORCH_CHECK_VALUE(rois.dim() == 2 && rois.size(1) == 5, op, ": rois must be a 2-D tensor [K, 5]; got shape ",
-                      shape_string(rois.sizes()));
-    return;
-  }
-  TORCH_CHECK_VALUE(rois.dim() == 2 && rois.size(1) == 5, op,
-                    ": rois must be a 2-D tensor [K, 5] of (batch_index, x1, y1, x2, y2); got shape ",
+  TORCH_CHECK_INDEX(rois.dim() >= 2, op, ": rois must be a 2-D tensor [K, 5] of (batch_index, x1, y1, x2, y2); got shape ",
                     shape_string(rois.sizes()));
+  TORCH_CHECK(rois.dim() == 2 && rois.size(1) == 5, op,
+              ": rois must be a 2-D tensor [K, 5] of (batch_index, x1, y1, x2, y2); got shape ",
+              shape_string(rois.sizes()));
+  if (like == nullptr) return;
   check_same_device(op, like_name, *like, "rois", rois);
-  check_same_dtype(op, like_name, *like, "rois", rois);
+  TORCH_CHECK(like->scalar_type() == rois.scalar_type(), op, ": rois dtype (", rois.scalar_type(), ") must match ",
+              like_name, " dtype (", like->scalar_type(), ")");
 }
 
+// input [N, C, H, W]: IndexError for fewer dimensions, RuntimeError for more (torchvision's types).
 inline void check_input_4d(const char* op, const at::Tensor& input) {
-  TORCH_CHECK_VALUE(input.dim() == 4, op, ": input must be a 4-D tensor [N, C, H, W]; got shape ",
+  TORCH_CHECK_INDEX(input.dim() >= 4, op, ": input must be a 4-D tensor [N, C, H, W]; got shape ",
                     shape_string(input.sizes()));
+  TORCH_CHECK(input.dim() == 4, op, ": input must be a 4-D tensor [N, C, H, W]; got shape ", shape_string(input.sizes()));
+}
+
+// A dtype the kernels have: NotImplementedError otherwise (torchvision's dispatch error type).
+inline DType roi_dtype_of(const at::Tensor& t, const char* op, const char* arg) {
+  const at::ScalarType s = t.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(s == at::kDouble || s == at::kFloat || s == at::kHalf || s == at::kBFloat16, op, ": ",
+                              arg, " must be float64, float32, float16 or bfloat16; got ", s);
+  return floating_dtype_of(t, op, arg);
 }
 
 // Batch indices of CPU rois are checked before the op runs; CUDA rois are checked by the kernel itself
@@ -77,8 +88,9 @@ struct NoCheck {
 // a positive pooled grid, then after_grid() (an op's bound on the grid), then a positive finite scale.
 template <typename P, typename AfterGrid = NoCheck>
 void check_roi_pooling_params(const char* op, const P& p, AfterGrid&& after_grid = {}) {
-  TORCH_CHECK_VALUE(p.pooled_height > 0, op, ": pooled_height must be positive; got ", p.pooled_height);
-  TORCH_CHECK_VALUE(p.pooled_width > 0, op, ": pooled_width must be positive; got ", p.pooled_width);
+  // RuntimeError, as torchvision's for a negative size (it returns an empty tensor for 0; DetOps refuses it).
+  TORCH_CHECK(p.pooled_height > 0, op, ": pooled_height must be positive; got ", p.pooled_height);
+  TORCH_CHECK(p.pooled_width > 0, op, ": pooled_width must be positive; got ", p.pooled_width);
   after_grid();
   TORCH_CHECK_VALUE(std::isfinite(p.spatial_scale) && p.spatial_scale > 0, op,
                     ": spatial_scale must be a positive finite number; got ", p.spatial_scale);
@@ -103,8 +115,8 @@ inline opkit::Shape shape4(const at::Tensor& t) { return {t.size(0), t.size(1), 
 template <typename CheckParams>
 DType check_roi_forward(const char* op, const at::Tensor& input, const at::Tensor& rois, CheckParams&& check_params) {
   check_input_4d(op, input);
-  const DType dtype = floating_dtype_of(input, op, "input");
   check_rois(op, rois, "input", &input);
+  const DType dtype = roi_dtype_of(input, op, "input");
   check_params();
   return dtype;
 }
@@ -114,8 +126,8 @@ DType check_roi_forward(const char* op, const at::Tensor& input, const at::Tenso
 template <typename BeforeParams, typename CheckParams>
 DType check_roi_backward(const char* op, const at::Tensor& grad, const at::Tensor& rois, const opkit::Shape& input_shape,
                          BeforeParams&& before_params, CheckParams&& check_params) {
-  const DType dtype = floating_dtype_of(grad, op, "grad");
   check_rois(op, rois, "grad", &grad);
+  const DType dtype = roi_dtype_of(grad, op, "grad");
   before_params();
   check_params();
   for (std::int64_t d : input_shape) {

@@ -42,7 +42,7 @@ void run_nms_cpu(const NmsParams& params, const NmsArgs& args, DType boxes_dtype
     const T* in = static_cast<const T*>(args.boxes);
     std::vector<NmsBox<Acc>> boxes(static_cast<std::size_t>(n));
     for (std::int64_t p = 0; p < n; ++p) boxes[p] = make_nms_box<Acc>(in + 4 * order[p]);
-    const Acc threshold = static_cast<Acc>(params.iou_threshold);
+    const Acc threshold = nms_compare_threshold<Acc>(params.iou_threshold);
     std::vector<char> removed(static_cast<std::size_t>(n), 0);
     std::int64_t kept = 0;
     for (std::int64_t p = 0; p < n; ++p) {
@@ -52,7 +52,7 @@ void run_nms_cpu(const NmsParams& params, const NmsArgs& args, DType boxes_dtype
       for (std::int64_t q = p + 1; q < n; ++q) {
         if (removed[q]) continue;
         if (args.classes != nullptr && args.classes[order[q]] != cls) continue;
-        if (nms_iou(boxes[p], boxes[q]) > threshold) removed[q] = 1;
+        if (nms_suppresses(boxes[p], boxes[q], threshold)) removed[q] = 1;
       }
     }
     *args.num_kept = kept;

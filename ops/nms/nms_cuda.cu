@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kBlockRows) nms_mask_kernel(ChunkArgs a, const
     for (int k = diagonal ? t + 1 : 0; k < kBlockRows; ++k) {
       if ((col_removed >> k) & 1) continue;
       if (col_classes[k] != ci) continue;
-      if (nms_iou(bi, col_boxes[k]) > threshold) word |= Word(1) << k;
+      if (nms_suppresses(bi, col_boxes[k], threshold)) word |= Word(1) << k;
     }
   }
   Word* row = a.mask + (i - a.rb0 * kBlockRows) * a.stride + (cb - a.rb0);
@@ -309,7 +309,7 @@ void launch_nms(const NmsParams& params, const NmsArgs& args, DType boxes_dtype,
       DETOPS_CUDA_CHECK(cudaMemsetAsync(c.list_count, 0, static_cast<std::size_t>(c.rb1 - c.rb0) * sizeof(int), stream));
       const dim3 grid(static_cast<unsigned>(c.stride), static_cast<unsigned>(c.rb1 - c.rb0));
       nms_mask_kernel<Acc><<<grid, kBlockRows, 0, stream>>>(c, boxes, sorted_classes,
-                                                           static_cast<Acc>(params.iou_threshold));
+                                                           nms_compare_threshold<Acc>(params.iou_threshold));
       DETOPS_CHECK_LAUNCH();
       nms_scan_kernel<<<1, kScanThreads, 0, stream>>>(c, order, args.keep, args.num_kept);
       DETOPS_CHECK_LAUNCH();

@@ -6,8 +6,10 @@
 namespace detops {
 
 struct NmsParams {
-  // A box is suppressed by a kept, higher-ranked box whose IoU with it is strictly greater than this.
-  // In [0, 1] (checked by the binding).
+  // A box is suppressed by a kept, higher-ranked box whose IoU with it is strictly greater than this,
+  // the IoU (float for fp32/fp16/bf16 boxes, double for fp64) compared with this double exactly. Any
+  // value, as torchvision: below 0 every overlapping-or-not box of a defined IoU suppresses, above 1 or
+  // NaN nothing does.
   double iou_threshold = 0.5;
   // CUDA only: the most device memory one chunk of the suppression mask may take. The mask is built and
   // consumed in chunks of rows of about this size, so 100,000 boxes need ~64 MiB instead of the 1.25 GB a

@@ -4,6 +4,7 @@
 // Declared with the op kit (docs/op-kit.md): CPU and CUDA only (no Meta, no autograd).
 #include "nms/nms_torch.h"
 
+#include <ATen/ops/_unique2.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -17,23 +18,38 @@
 namespace detops {
 namespace {
 
-void check_inputs(const char* op, const at::Tensor& boxes, const at::Tensor& scores) {
-  TORCH_CHECK_VALUE(boxes.dim() == 2 && boxes.size(1) == 4, op,
-                    ": boxes must be a 2-D tensor [N, 4] of (x1, y1, x2, y2); got shape ", shape_string(boxes.sizes()));
-  floating_dtype_of(boxes, op, "boxes");
-  floating_dtype_of(scores, op, "scores");
-  TORCH_CHECK_VALUE(scores.dim() == 1 && scores.size(0) == boxes.size(0), op,
-                    ": scores must be a 1-D tensor [N] with one score per box (N = ", boxes.size(0),
-                    "); got shape ", shape_string(scores.sizes()));
-  check_same_device(op, "boxes", boxes, "scores", scores);
-  TORCH_CHECK(boxes.is_cpu() || boxes.is_cuda(), op, ": boxes must be a CPU or CUDA tensor; got ", boxes.device());
-  TORCH_CHECK_VALUE(boxes.size(0) <= kNmsMaxBoxes, op, ": at most ", kNmsMaxBoxes, " boxes are supported; got ",
-                    boxes.size(0));
+bool is_floating_dtype(at::ScalarType t) {
+  return t == at::kDouble || t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
 }
 
-void check_threshold(const char* op, double iou_threshold) {
-  TORCH_CHECK_VALUE(iou_threshold >= 0.0 && iou_threshold <= 1.0, op,
-                    ": iou_threshold must be a number in [0, 1]; got ", iou_threshold);
+// torchvision's checks, with its exception types (docs/ops/nms.md, Errors): shapes and lengths raise
+// RuntimeError, boxes of a non-floating dtype NotImplementedError (torchvision has no kernel for them),
+// scores of a non-floating dtype RuntimeError (torchvision: scores must have the boxes' dtype; DetOps takes
+// any floating scores).
+void check_inputs(const char* op, const at::Tensor& boxes, const at::Tensor& scores) {
+  TORCH_CHECK(boxes.dim() == 2 && boxes.size(1) == 4, op,
+              ": boxes must be a 2-D tensor [N, 4] of (x1, y1, x2, y2); got shape ", shape_string(boxes.sizes()));
+  TORCH_CHECK(scores.dim() == 1 && scores.size(0) == boxes.size(0), op,
+              ": scores must be a 1-D tensor [N] with one score per box (N = ", boxes.size(0), "); got shape ",
+              shape_string(scores.sizes()));
+  TORCH_CHECK_NOT_IMPLEMENTED(is_floating_dtype(boxes.scalar_type()), op,
+                              ": boxes must be float64, float32, float16 or bfloat16; got ", boxes.scalar_type());
+  TORCH_CHECK(is_floating_dtype(scores.scalar_type()), op,
+              ": scores must be float64, float32, float16 or bfloat16; got ", scores.scalar_type());
+  check_same_device(op, "boxes", boxes, "scores", scores);
+  TORCH_CHECK(boxes.is_cpu() || boxes.is_cuda(), op, ": boxes must be a CPU or CUDA tensor; got ", boxes.device());
+  TORCH_CHECK(boxes.size(0) <= kNmsMaxBoxes, op, ": at most ", kNmsMaxBoxes, " boxes are supported; got ",
+              boxes.size(0));
+}
+
+// Each box's class as int64: integer and bool idxs as they are; floating idxs (torchvision accepts them)
+// by value, two boxes being of one class when their idxs are equal.
+at::Tensor class_ids(const at::Tensor& idxs) {
+  if (!at::isFloatingType(idxs.scalar_type())) return idxs.to(at::kLong).contiguous();
+  c10::OptionalDeviceGuard guard(idxs.device());
+  return std::get<1>(at::_unique2(idxs, /*sorted=*/true, /*return_inverse=*/true, /*return_counts=*/false))
+      .to(at::kLong)
+      .contiguous();
 }
 
 at::Tensor run(const char* op, const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& classes,
@@ -76,22 +92,21 @@ at::Tensor run(const char* op, const at::Tensor& boxes, const at::Tensor& scores
 
 at::Tensor nms_forward(const at::Tensor& boxes, const at::Tensor& scores, const NmsParams& params) {
   check_inputs("nms", boxes, scores);
-  check_threshold("nms", params.iou_threshold);
   return run("nms", boxes, scores, at::Tensor(), params);
 }
 
 at::Tensor batched_nms_forward(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,
                                const NmsParams& params) {
   constexpr const char* op = "batched_nms";
+  // torchvision returns an empty keep list for boxes without elements before looking at anything else.
+  if (boxes.numel() == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
   check_inputs(op, boxes, scores);
-  TORCH_CHECK_TYPE(at::isIntegralType(idxs.scalar_type(), /*includeBool=*/false), op,
-                   ": idxs must be an integer tensor (the class of each box); got ", idxs.scalar_type());
-  TORCH_CHECK_VALUE(idxs.dim() == 1 && idxs.size(0) == boxes.size(0), op,
-                    ": idxs must be a 1-D tensor [N] with one class per box (N = ", boxes.size(0), "); got shape ",
-                    shape_string(idxs.sizes()));
+  TORCH_CHECK(idxs.dim() == 1 && idxs.size(0) == boxes.size(0), op,
+              ": idxs must be a 1-D tensor [N] with one class per box (N = ", boxes.size(0), "); got shape ",
+              shape_string(idxs.sizes()));
+  TORCH_CHECK(!idxs.is_complex(), op, ": idxs must be a real tensor (the class of each box); got ", idxs.scalar_type());
   check_same_device(op, "boxes", boxes, "idxs", idxs);
-  check_threshold(op, params.iou_threshold);
-  return run(op, boxes, scores, idxs.to(at::kLong).contiguous(), params);
+  return run(op, boxes, scores, class_ids(idxs), params);
 }
 
 namespace {

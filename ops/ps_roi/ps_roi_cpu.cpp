@@ -66,14 +66,14 @@ struct PoolMath {
   template <typename T>
   static acc_t<T> value(const PsRoiPoolParams& p, const PsRoiPoolGeometry& g, const PsRoiElement& e, const T* plane,
                         const RoiShape& s) {
-    return ps_roi_pool_bin_average<T, acc_t<T>>(ps_roi_pool_bin(p, g, s.height, s.width, e.bin_y, e.bin_x), plane,
-                                                s.width);
+    const PsRoiPoolBin bin = ps_roi_pool_bin<acc_t<T>>(p, g, s.height, s.width, e.bin_y, e.bin_x, PsRoiPoolPass::kForward);
+    return ps_roi_pool_bin_average<T, acc_t<T>>(bin, plane, s.width);
   }
   template <typename Acc>
   static void scatter(const PsRoiPoolParams& p, const PsRoiPoolGeometry& g, const PsRoiElement& e, Acc grad,
                       Acc* plane, const RoiShape& s) {
-    ps_roi_pool_bin_scatter(ps_roi_pool_bin(p, g, s.height, s.width, e.bin_y, e.bin_x), grad, s.width,
-                            [plane](std::int64_t offset, Acc v) { plane[offset] += v; });
+    const PsRoiPoolBin bin = ps_roi_pool_bin<Acc>(p, g, s.height, s.width, e.bin_y, e.bin_x, PsRoiPoolPass::kBackward);
+    ps_roi_pool_bin_scatter(bin, grad, s.width, [plane](std::int64_t offset, Acc v) { plane[offset] += v; });
   }
 };
 

@@ -86,7 +86,7 @@ __global__ void ps_roi_pool_forward_kernel(PsRoiPoolParams p, PsRoiShape s, cons
       [&](const PsRoiElement& e) { return ps_roi_pool_geometry<T, Acc>(p, rois + e.roi * 5, s.batch); },
       [&](const PsRoiPoolGeometry& g, const PsRoiElement& e) {
         const T* plane = input + (g.batch * s.channels + e.input_channel) * s.height * s.width;
-        const PsRoiPoolBin bin = ps_roi_pool_bin(p, g, s.height, s.width, e.bin_y, e.bin_x);
+        const PsRoiPoolBin bin = ps_roi_pool_bin<Acc>(p, g, s.height, s.width, e.bin_y, e.bin_x, PsRoiPoolPass::kForward);
         return ps_roi_pool_bin_average<T, Acc>(bin, plane, s.width);
       });
 }
@@ -102,7 +102,7 @@ __global__ void ps_roi_pool_backward_kernel(PsRoiPoolParams p, PsRoiShape s, con
       [&](const PsRoiElement& e) { return ps_roi_pool_geometry<T, Acc>(p, rois + e.roi * 5, s.batch); },
       [&](const PsRoiPoolGeometry& g, const PsRoiElement& e, Acc grad) {
         Acc* plane = grad_input + (g.batch * s.channels + e.input_channel) * s.height * s.width;
-        const PsRoiPoolBin bin = ps_roi_pool_bin(p, g, s.height, s.width, e.bin_y, e.bin_x);
+        const PsRoiPoolBin bin = ps_roi_pool_bin<Acc>(p, g, s.height, s.width, e.bin_y, e.bin_x, PsRoiPoolPass::kBackward);
         ps_roi_pool_bin_scatter(bin, grad, s.width, [plane](std::int64_t offset, Acc v) { atomicAdd(plane + offset, v); });
       });
 }

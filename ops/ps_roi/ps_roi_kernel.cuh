@@ -3,6 +3,7 @@
 // Framework-free; compiles under nvcc (host and device) and under a plain C++ compiler.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "common/bilinear.h"
 #include "common/macros.h"
@@ -39,17 +40,27 @@ DETOPS_HD std::int64_t ps_roi_batch_index(const T* roi, std::int64_t batch) {
 // ps_roi_align
 
 template <typename Acc>
+DETOPS_HD Acc ps_roi_quiet_nan() {
+  return std::numeric_limits<Acc>::quiet_NaN();
+}
+
+template <typename Acc>
 struct PsRoiAlignGeometry {
   std::int64_t batch = -1;  // -1 when the roi's batch index is NaN or outside [0, batch)
   Acc start_y = 0, start_x = 0, bin_h = 0, bin_w = 0;
-  std::int64_t grid_h = 0, grid_w = 0;
-  Acc count = 1;  // max(grid_h * grid_w, 1): an empty bin averages to 0, never NaN
+  std::int64_t grid_h = 0, grid_w = 0;  // samples per side; <= 0: none
+  // The divisor of a bin's sum: grid_h * grid_w when positive; 1 when that product is negative (no
+  // samples, torchvision's -0), when the roi has a NaN extent, or with zero_empty_bins; else 0, and a bin
+  // with a count of 0 is NaN (torchvision's 0 / 0).
+  Acc count = 1;
 };
 
-// min(ceil(v), kPsRoiAlignMaxSamplingGrid) for v > 0, else 0 (NaN and non-positive extents sample nothing).
+// Samples per side of an adaptive grid over a bin extent v: min(ceil(v), kPsRoiAlignMaxSamplingGrid) for
+// v > 0; 0 for -1 < v <= 0 and NaN; -1 for v <= -1 (ceil(v) is negative: no samples either, but a
+// nonzero factor of the count, as in torchvision).
 template <typename Acc>
 DETOPS_HD std::int64_t ps_roi_align_adaptive_grid(Acc v) {
-  if (!(v > Acc(0))) return 0;
+  if (!(v > Acc(0))) return v <= Acc(-1) ? -1 : 0;
   if (!(v < static_cast<Acc>(kPsRoiAlignMaxSamplingGrid))) return kPsRoiAlignMaxSamplingGrid;
   return static_cast<std::int64_t>(ceil(v));
 }
@@ -68,7 +79,8 @@ DETOPS_HD PsRoiAlignGeometry<Acc> ps_roi_align_geometry(const PsRoiAlignParams& 
   g.grid_h = p.sampling_ratio > 0 ? p.sampling_ratio : ps_roi_align_adaptive_grid(g.bin_h);
   g.grid_w = p.sampling_ratio > 0 ? p.sampling_ratio : ps_roi_align_adaptive_grid(g.bin_w);
   const std::int64_t n = g.grid_h * g.grid_w;
-  g.count = static_cast<Acc>(n > 1 ? n : 1);
+  const bool nan_extent = !(g.bin_h == g.bin_h) || !(g.bin_w == g.bin_w);
+  g.count = static_cast<Acc>(n > 0 ? n : (n < 0 || nan_extent || p.zero_empty_bins) ? 1 : 0);
   return g;
 }
 
@@ -84,10 +96,12 @@ DETOPS_HD Acc ps_roi_align_sample_x(const PsRoiAlignGeometry<Acc>& g, std::int64
          static_cast<Acc>(static_cast<Acc>(ix) + Acc(0.5)) * g.bin_w / static_cast<Acc>(g.grid_w);
 }
 
-// Average of the bilinear samples of bin (i, j) over one H x W plane (the bin's own input channel).
+// Average of the bilinear samples of bin (i, j) over one H x W plane (the bin's own input channel); NaN
+// when the count is 0.
 template <typename T, typename Acc>
 DETOPS_HD Acc ps_roi_align_bin_average(const PsRoiAlignGeometry<Acc>& g, const T* plane, std::int64_t height,
                                        std::int64_t width, std::int64_t i, std::int64_t j) {
+  if (g.count == Acc(0)) return ps_roi_quiet_nan<Acc>();
   Acc sum = 0;
   for (std::int64_t iy = 0; iy < g.grid_h; ++iy) {
     const Acc y = ps_roi_align_sample_y(g, i, iy);
@@ -104,10 +118,12 @@ DETOPS_HD Acc ps_roi_align_bin_average(const PsRoiAlignGeometry<Acc>& g, const T
   return sum / g.count;
 }
 
-// Scatters grad (the gradient of bin (i, j)) to its plane through add(flat_offset, value).
+// Scatters grad (the gradient of bin (i, j)) to its plane through add(flat_offset, value). A bin with no
+// samples scatters nothing.
 template <typename Acc, typename AddFn>
 DETOPS_HD void ps_roi_align_bin_scatter(const PsRoiAlignGeometry<Acc>& g, Acc grad, std::int64_t height,
                                         std::int64_t width, std::int64_t i, std::int64_t j, AddFn&& add) {
+  if (g.count == Acc(0)) return;
   const Acc g_per_sample = grad / g.count;
   for (std::int64_t iy = 0; iy < g.grid_h; ++iy) {
     const Acc y = ps_roi_align_sample_y(g, i, iy);
@@ -169,16 +185,25 @@ struct PixelRange {
   std::int64_t begin = 0, end = 0;
 };
 
-// Bin `bin` of `bins` over a roi of `size` >= 1 pixels starting at `origin`:
-// [origin + floor(bin * size / bins), origin + ceil((bin + 1) * size / bins)), in exact integer
-// arithmetic, clipped to [0, limit). No overflow: |origin| <= 2^30, size <= 2^31, bins < 2^31.
-DETOPS_HD PixelRange ps_roi_pool_bin_range(std::int64_t origin, std::int64_t size, std::int64_t bins,
+DETOPS_HD std::int64_t clip_to(std::int64_t v, std::int64_t limit) { return v < 0 ? 0 : (v > limit ? limit : v); }
+
+// Bin `bin` of `bins` over a roi of `size` >= 1 pixels starting at `origin`, clipped to [0, limit).
+// exact_bins: [origin + floor(bin * size / bins), origin + ceil((bin + 1) * size / bins)) in exact integer
+// arithmetic (no overflow: |origin| <= 2^30, size <= 2^31, bins < 2^31). Otherwise torchvision's
+// arithmetic: floor(bin * b) and ceil((bin + 1) * b) with b = size / bins in Acc.
+template <typename Acc>
+DETOPS_HD PixelRange ps_roi_pool_bin_range(bool exact_bins, std::int64_t origin, std::int64_t size, std::int64_t bins,
                                            std::int64_t bin, std::int64_t limit) {
-  std::int64_t begin = origin + (bin * size) / bins;
-  std::int64_t end = origin + ((bin + 1) * size + bins - 1) / bins;
-  begin = begin < 0 ? 0 : (begin > limit ? limit : begin);
-  end = end < 0 ? 0 : (end > limit ? limit : end);
-  return PixelRange{begin, end};
+  std::int64_t begin, end;
+  if (exact_bins) {
+    begin = (bin * size) / bins;
+    end = ((bin + 1) * size + bins - 1) / bins;
+  } else {
+    const Acc b = static_cast<Acc>(size) / static_cast<Acc>(bins);
+    begin = static_cast<std::int64_t>(floor(static_cast<Acc>(bin) * b));
+    end = static_cast<std::int64_t>(ceil(static_cast<Acc>(bin + 1) * b));
+  }
+  return PixelRange{clip_to(origin + begin, limit), clip_to(origin + end, limit)};
 }
 
 // The rows and columns bin (i, j) pools; empty (begin == end) when the roi is invalid.
@@ -188,12 +213,18 @@ struct PsRoiPoolBin {
   DETOPS_HD std::int64_t area() const { return (rows.end - rows.begin) * (cols.end - cols.begin); }
 };
 
+// Which direction a bin is for: without exact_bins, torchvision's forward clips bins to [0, H-1) x
+// [0, W-1), its backward to [0, H) x [0, W). With exact_bins both clip to [0, H) x [0, W).
+enum class PsRoiPoolPass { kForward, kBackward };
+
+template <typename Acc>
 DETOPS_HD PsRoiPoolBin ps_roi_pool_bin(const PsRoiPoolParams& p, const PsRoiPoolGeometry& g, std::int64_t height,
-                                       std::int64_t width, std::int64_t i, std::int64_t j) {
+                                       std::int64_t width, std::int64_t i, std::int64_t j, PsRoiPoolPass pass) {
   PsRoiPoolBin b;
   if (!g.valid) return b;
-  b.rows = ps_roi_pool_bin_range(g.start_y, g.roi_h, p.pooled_height, i, height);
-  b.cols = ps_roi_pool_bin_range(g.start_x, g.roi_w, p.pooled_width, j, width);
+  const std::int64_t cut = (p.exact_bins || pass == PsRoiPoolPass::kBackward) ? 0 : 1;
+  b.rows = ps_roi_pool_bin_range<Acc>(p.exact_bins, g.start_y, g.roi_h, p.pooled_height, i, height - cut);
+  b.cols = ps_roi_pool_bin_range<Acc>(p.exact_bins, g.start_x, g.roi_w, p.pooled_width, j, width - cut);
   return b;
 }
 

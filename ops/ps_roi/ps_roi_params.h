@@ -16,12 +16,22 @@ struct PsRoiAlignParams {
   std::int64_t pooled_width = 1;
   std::int64_t sampling_ratio = -1; // > 0: that many samples per bin side; <= 0: adaptive ceil(bin size)
   // Always -0.5-shifted (pixel centres), no `aligned` flag, as in torchvision.
+  // false (default, torchvision's answer): a bin with no samples (an adaptive grid over a zero-size roi) is
+  // 0 / 0 = NaN. true: such a bin is 0.
+  bool zero_empty_bins = false;
 };
 
 struct PsRoiPoolParams {
   double spatial_scale = 1.0;
   std::int64_t pooled_height = 1;
   std::int64_t pooled_width = 1;
+  // false (default, torchvision's answer): bin boundaries floor(i * b), ceil((i + 1) * b) with
+  // b = roi_size / bins in the accumulation type; the forward clips bins to [0, H-1) x [0, W-1) (it never
+  // reads the map's last row and column), the backward to [0, H) x [0, W), so the backward is not the
+  // forward's gradient where a bin reaches the last row or column.
+  // true (DetOps's definition): boundaries in exact integer arithmetic (the same in every dtype), bins
+  // clipped to [0, H) x [0, W) in both directions: the backward is the forward's exact adjoint.
+  bool exact_bins = false;
 };
 
 // Upper bound on ps_roi_align's samples per bin side. An adaptive grid is min(ceil(bin size), this), so

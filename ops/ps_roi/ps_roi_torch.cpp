@@ -1,6 +1,8 @@
 // torch.ops.detops.ps_roi_align and torch.ops.detops.ps_roi_pool: schemas, CPU and CUDA implementations,
-// Meta and autograd. Same schemas as torch.ops.torchvision.ps_roi_align / ps_roi_pool (and their
-// _*_backward ops), so they can replace them unchanged. Declared with the op kit (docs/op-kit.md).
+// Meta and autograd. torchvision's schemas (and their _*_backward ops) with one trailing option each,
+// defaulting to torchvision's answer: ps_roi_align's zero_empty_bins and ps_roi_pool's exact_bins
+// (ps_roi_params.h), so they replace torch.ops.torchvision.ps_roi_align / ps_roi_pool unchanged. Declared
+// with the op kit (docs/op-kit.md).
 #include "ps_roi/ps_roi_torch.h"
 
 #include <ATen/ops/empty.h>
@@ -52,7 +54,7 @@ void check_channels(std::int64_t channels, const typename Op::Params& p) {
   const std::int64_t bins = p.pooled_height * p.pooled_width;
   TORCH_CHECK_VALUE(channels <= kPsRoiMaxChannels, Op::kName, ": input channels must be <= ", kPsRoiMaxChannels,
                     " (channel_mapping is int32); got ", channels);
-  TORCH_CHECK_VALUE(channels % bins == 0, Op::kName, ": input channels (", channels,
+  TORCH_CHECK(channels % bins == 0, Op::kName, ": input channels (", channels,
                     ") must be a multiple of pooled_height * pooled_width (", p.pooled_height, " * ", p.pooled_width,
                     " = ", bins, ")");
 }
@@ -167,9 +169,9 @@ struct AlignBackward : RoiBackwardDef<AP> {
 struct AlignForward : RoiForwardDef<AP, AlignBackward, Pair> {
   static constexpr const char* kSchema =
       "ps_roi_align(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
-      "int sampling_ratio) -> (Tensor, Tensor)";
+      "int sampling_ratio, bool zero_empty_bins=False) -> (Tensor, Tensor)";
   using Args = opkit::Args<Tensor, Tensor, Field<&AP::spatial_scale>, Field<&AP::pooled_height>,
-                           Field<&AP::pooled_width>, Field<&AP::sampling_ratio>>;
+                           Field<&AP::pooled_width>, Field<&AP::sampling_ratio>, Field<&AP::zero_empty_bins>>;
   static constexpr auto kCompute = &ps_roi_align_forward;
   static constexpr auto kMeta = &forward_meta<AlignOp>;
 };
@@ -177,19 +179,20 @@ struct AlignForward : RoiForwardDef<AP, AlignBackward, Pair> {
 struct PoolBackward : RoiBackwardDef<PP> {
   static constexpr const char* kSchema =
       "_ps_roi_pool_backward(Tensor grad, Tensor rois, Tensor channel_mapping, float spatial_scale, "
-      "int pooled_height, int pooled_width, int batch_size, int channels, int height, int width) -> Tensor";
+      "int pooled_height, int pooled_width, int batch_size, int channels, int height, int width, "
+      "bool exact_bins=False) -> Tensor";
   using Args = opkit::Args<Tensor, Tensor, Tensor, Field<&PP::spatial_scale>, Field<&PP::pooled_height>,
-                           Field<&PP::pooled_width>, Dim<0>, Dim<1>, Dim<2>, Dim<3>>;
+                           Field<&PP::pooled_width>, Dim<0>, Dim<1>, Dim<2>, Dim<3>, Field<&PP::exact_bins>>;
   static constexpr auto kCompute = &ps_roi_pool_backward;
   static constexpr const char* kOpName = PoolOp::kName;
 };
 
 struct PoolForward : RoiForwardDef<PP, PoolBackward, Pair> {
   static constexpr const char* kSchema =
-      "ps_roi_pool(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width) "
-      "-> (Tensor, Tensor)";
+      "ps_roi_pool(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
+      "bool exact_bins=False) -> (Tensor, Tensor)";
   using Args = opkit::Args<Tensor, Tensor, Field<&PP::spatial_scale>, Field<&PP::pooled_height>,
-                           Field<&PP::pooled_width>>;
+                           Field<&PP::pooled_width>, Field<&PP::exact_bins>>;
   static constexpr auto kCompute = &ps_roi_pool_forward;
   static constexpr auto kMeta = &forward_meta<PoolOp>;
 };

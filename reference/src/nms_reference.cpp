@@ -26,21 +26,20 @@ bool ranks_at_or_above(double a, double b) { return !ranks_above(b, a); }
 }  // namespace
 
 double nms_reference_iou(const NmsBoxes& in, std::int64_t a, std::int64_t b) {
-  if (!same_class(in, a, b)) return 0.0;
+  // Boxes of different classes are never compared: NaN exceeds no threshold, negative ones included.
+  if (!same_class(in, a, b)) return std::numeric_limits<double>::quiet_NaN();
   const double* p = in.boxes.data() + 4 * a;
   const double* q = in.boxes.data() + 4 * b;
   // Overlap extent along each axis: the gap between the larger left edge and the smaller right edge.
   const double left = std::max(p[0], q[0]), right = std::min(p[2], q[2]);
   const double top = std::max(p[1], q[1]), bottom = std::min(p[3], q[3]);
-  const double width = right - left, height = bottom - top;
-  if (!(width > 0.0) || !(height > 0.0)) return 0.0;
-  // Any NaN coordinate makes an area NaN, and the union then is not a positive number.
+  // Clamped at 0; `> 0.0 ? : 0.0` also sends a NaN extent to 0.
+  const double width = right - left > 0.0 ? right - left : 0.0;
+  const double height = bottom - top > 0.0 ? bottom - top : 0.0;
   const double area_p = (p[2] - p[0]) * (p[3] - p[1]);
   const double area_q = (q[2] - q[0]) * (q[3] - q[1]);
   const double intersection = width * height;
-  const double union_area = area_p + area_q - intersection;
-  if (!(union_area > 0.0)) return 0.0;
-  return intersection / union_area;
+  return intersection / (area_p + area_q - intersection);
 }
 
 std::vector<std::int64_t> nms_reference_ranking(const NmsBoxes& in) {
@@ -51,11 +50,13 @@ std::vector<std::int64_t> nms_reference_ranking(const NmsBoxes& in) {
   return order;
 }
 
-std::vector<std::int64_t> nms_reference(const NmsBoxes& in, double iou_threshold) {
+std::vector<std::int64_t> nms_reference(const NmsBoxes& in, double iou_threshold, NmsIouPrecision precision) {
   std::vector<std::int64_t> kept;
   for (const std::int64_t candidate : nms_reference_ranking(in)) {
     const bool suppressed = std::any_of(kept.begin(), kept.end(), [&](std::int64_t k) {
-      return nms_reference_iou(in, k, candidate) > iou_threshold;
+      const double iou = nms_reference_iou(in, k, candidate);
+      const double held = precision == NmsIouPrecision::kFloat ? static_cast<double>(static_cast<float>(iou)) : iou;
+      return held > iou_threshold;
     });
     if (!suppressed) kept.push_back(candidate);
   }

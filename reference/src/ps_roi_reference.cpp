@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,10 +16,11 @@ struct Tap {
   double weight;
 };
 
-// A bin of roi k: the image it reads and the weighted pixels whose sum is its value.
+// A bin of roi k: the image it reads and the weighted pixels whose sum is its value, or NaN.
 struct Bin {
   Eigen::Index batch;
   std::vector<Tap> taps;
+  bool nan = false;  // the value is NaN (ps_roi_align's 0 / 0); nothing flows back
 };
 
 Eigen::Index batch_of(const char* op, const Matrixd& rois, Eigen::Index k, Eigen::Index batch) {
@@ -53,15 +55,19 @@ std::vector<Tap> bilinear(double y, double x, Eigen::Index height, Eigen::Index 
 }
 
 // ps_roi_align: samples per bin side are the fixed sampling_ratio, or ceil(bin extent) capped at the
-// documented limit; a non-positive or NaN extent gives no samples.
-Eigen::Index samples_per_side(const PsRoiAlignParams& p, double bin_extent) {
-  if (p.sampling_ratio > 0) return p.sampling_ratio;
-  if (!(bin_extent > 0)) return 0;
-  return static_cast<Eigen::Index>(std::min(std::ceil(bin_extent), static_cast<double>(kPsRoiAlignMaxSamplingGrid)));
+// documented limit. A non-positive extent gives no samples; ceil of it (0 or negative) is still a factor of
+// the count, as in torchvision. NaN extents are handled by the caller.
+// (A ceil of at most -1, -inf included, is taken as -1: only its sign matters.)
+double samples_per_side(const PsRoiAlignParams& p, double bin_extent) {
+  if (p.sampling_ratio > 0) return static_cast<double>(p.sampling_ratio);
+  if (bin_extent <= -1) return -1;
+  return std::min(std::ceil(bin_extent), static_cast<double>(kPsRoiAlignMaxSamplingGrid));
 }
 
 // Bin (i, j) of roi k: the average of a grid of bilinear samples over the bin, coordinates shifted by
-// -0.5 (pixel centres), no minimum roi size; the 1/count weight is folded into the taps.
+// -0.5 (pixel centres), no minimum roi size; the 1/count weight is folded into the taps. The count is the
+// product of the samples per side; a product of 0 is torchvision's 0 / 0 (NaN) unless zero_empty_bins, a
+// negative one (no samples) gives 0, and a roi with a NaN extent gives 0.
 Bin align_bin(const PsRoiAlignParams& p, const Matrixd& rois, Eigen::Index k, Eigen::Index i, Eigen::Index j,
               Eigen::Index batch, Eigen::Index height, Eigen::Index width) {
   Bin out{batch_of("ps_roi_align", rois, k, batch), {}};
@@ -69,12 +75,17 @@ Bin align_bin(const PsRoiAlignParams& p, const Matrixd& rois, Eigen::Index k, Ei
   const double x2 = rois(k, 3) * p.spatial_scale - 0.5, y2 = rois(k, 4) * p.spatial_scale - 0.5;
   const double bin_h = (y2 - y1) / static_cast<double>(p.pooled_height);
   const double bin_w = (x2 - x1) / static_cast<double>(p.pooled_width);
-  const Eigen::Index gh = samples_per_side(p, bin_h), gw = samples_per_side(p, bin_w);
-  const double count = static_cast<double>(std::max<Eigen::Index>(gh * gw, 1));
-  for (Eigen::Index sy = 0; sy < gh; ++sy) {
-    const double y = y1 + static_cast<double>(i) * bin_h + (static_cast<double>(sy) + 0.5) * bin_h / static_cast<double>(gh);
-    for (Eigen::Index sx = 0; sx < gw; ++sx) {
-      const double x = x1 + static_cast<double>(j) * bin_w + (static_cast<double>(sx) + 0.5) * bin_w / static_cast<double>(gw);
+  if (std::isnan(bin_h) || std::isnan(bin_w)) return out;
+  const double gh = samples_per_side(p, bin_h), gw = samples_per_side(p, bin_w);
+  const double count = gh * gw;
+  if (count == 0) {
+    out.nan = !p.zero_empty_bins;
+    return out;
+  }
+  for (double sy = 0; sy < gh; ++sy) {
+    const double y = y1 + static_cast<double>(i) * bin_h + (sy + 0.5) * bin_h / gh;
+    for (double sx = 0; sx < gw; ++sx) {
+      const double x = x1 + static_cast<double>(j) * bin_w + (sx + 0.5) * bin_w / gw;
       for (Tap t : bilinear(y, x, height, width)) {
         t.weight /= count;
         out.taps.push_back(t);
@@ -92,7 +103,7 @@ bool pool_coordinate(double v, double& out) {
   return true;
 }
 
-// The pixel indices 0 <= r < limit of bin `bin` of `bins` equal parts of the interval
+// exact_bins: the pixel indices 0 <= r < limit of bin `bin` of `bins` equal parts of the interval
 // [start, start + size): those whose unit cell [r, r + 1) overlaps the part
 // [start + bin * size / bins, start + (bin + 1) * size / bins), compared exactly in integers.
 std::vector<Eigen::Index> overlapping_pixels(long long start, long long size, long long bins, long long bin,
@@ -105,10 +116,28 @@ std::vector<Eigen::Index> overlapping_pixels(long long start, long long size, lo
   return out;
 }
 
+// torchvision's bins: rows start + floor(bin * b) .. start + ceil((bin + 1) * b) - 1 with b = size / bins
+// in double, each end clamped to [0, limit] first (so a bin reaching past limit stops there).
+std::vector<Eigen::Index> torchvision_pixels(long long start, long long size, long long bins, long long bin,
+                                             Eigen::Index limit) {
+  const double b = static_cast<double>(size) / static_cast<double>(bins);
+  const auto clamp = [limit](double v) { return std::min(std::max(v, 0.0), static_cast<double>(limit)); };
+  const double lo = clamp(static_cast<double>(start) + std::floor(static_cast<double>(bin) * b));
+  const double hi = clamp(static_cast<double>(start) + std::ceil(static_cast<double>(bin + 1) * b));
+  std::vector<Eigen::Index> out;
+  for (double r = lo; r < hi; ++r) out.push_back(static_cast<Eigen::Index>(r));
+  return out;
+}
+
+// Which clip a ps_roi_pool bin gets: see pool_bin.
+enum class Pass { kForward, kBackward };
+
 // Bin (i, j) of roi k: the plain average of the pixels it covers; a roi with a NaN coordinate, or a bin
-// with no pixel on the map, has no taps (value 0).
+// with no pixel, has no taps (value 0). exact_bins: exact bins clipped to the map. Otherwise torchvision's
+// floating-point bins, clipped to [0, H-1) x [0, W-1) for the forward and to the map for the backward
+// (Pass::kBackward: the function whose gradient the backward is).
 Bin pool_bin(const PsRoiPoolParams& p, const Matrixd& rois, Eigen::Index k, Eigen::Index i, Eigen::Index j,
-             Eigen::Index batch, Eigen::Index height, Eigen::Index width) {
+             Eigen::Index batch, Eigen::Index height, Eigen::Index width, Pass pass) {
   Bin out{batch_of("ps_roi_pool", rois, k, batch), {}};
   double x1 = 0, y1 = 0, x2 = 0, y2 = 0;
   if (!pool_coordinate(rois(k, 1) * p.spatial_scale, x1) || !pool_coordinate(rois(k, 2) * p.spatial_scale, y1) ||
@@ -118,8 +147,15 @@ Bin pool_bin(const PsRoiPoolParams& p, const Matrixd& rois, Eigen::Index k, Eige
   const auto sx = static_cast<long long>(x1), sy = static_cast<long long>(y1);
   const long long roi_w = std::max(static_cast<long long>(x2) - sx, 1LL);  // at least one pixel
   const long long roi_h = std::max(static_cast<long long>(y2) - sy, 1LL);
-  const std::vector<Eigen::Index> rows = overlapping_pixels(sy, roi_h, p.pooled_height, i, height);
-  const std::vector<Eigen::Index> cols = overlapping_pixels(sx, roi_w, p.pooled_width, j, width);
+  std::vector<Eigen::Index> rows, cols;
+  if (p.exact_bins) {
+    rows = overlapping_pixels(sy, roi_h, p.pooled_height, i, height);
+    cols = overlapping_pixels(sx, roi_w, p.pooled_width, j, width);
+  } else {
+    const Eigen::Index cut = pass == Pass::kForward ? 1 : 0;
+    rows = torchvision_pixels(sy, roi_h, p.pooled_height, i, height - cut);
+    cols = torchvision_pixels(sx, roi_w, p.pooled_width, j, width - cut);
+  }
   const double area = static_cast<double>(rows.size() * cols.size());
   for (Eigen::Index r : rows) {
     for (Eigen::Index c : cols) out.taps.push_back({r, c, 1.0 / area});
@@ -141,7 +177,7 @@ Tensor4d forward(const char* op, Eigen::Index ph, Eigen::Index pw, const Tensor4
         const Bin b = bin_of(k, i, j, N, H, W);
         for (Eigen::Index c = 0; c < C_out; ++c) {
           const Eigen::Index c_in = (c * ph + i) * pw + j;
-          double acc = 0;
+          double acc = b.nan ? std::numeric_limits<double>::quiet_NaN() : 0.0;
           for (const Tap& t : b.taps) acc += t.weight * input(b.batch, c_in, t.row, t.col);
           out(k, c, i, j) = acc;
         }
@@ -192,7 +228,14 @@ Tensor4d ps_roi_align_backward(const PsRoiAlignParams& p, const Tensor4d& grad_o
 Tensor4d ps_roi_pool_forward(const PsRoiPoolParams& p, const Tensor4d& input, const Matrixd& rois) {
   return forward("ps_roi_pool", p.pooled_height, p.pooled_width, input, rois,
                  [&](Eigen::Index k, Eigen::Index i, Eigen::Index j, Eigen::Index n, Eigen::Index h, Eigen::Index w) {
-                   return pool_bin(p, rois, k, i, j, n, h, w);
+                   return pool_bin(p, rois, k, i, j, n, h, w, Pass::kForward);
+                 });
+}
+
+Tensor4d ps_roi_pool_gradient_target(const PsRoiPoolParams& p, const Tensor4d& input, const Matrixd& rois) {
+  return forward("ps_roi_pool", p.pooled_height, p.pooled_width, input, rois,
+                 [&](Eigen::Index k, Eigen::Index i, Eigen::Index j, Eigen::Index n, Eigen::Index h, Eigen::Index w) {
+                   return pool_bin(p, rois, k, i, j, n, h, w, Pass::kBackward);
                  });
 }
 
@@ -200,7 +243,7 @@ Tensor4d ps_roi_pool_backward(const PsRoiPoolParams& p, const Tensor4d& grad_out
                               const std::array<Eigen::Index, 4>& shape) {
   return backward("ps_roi_pool", p.pooled_height, p.pooled_width, grad_output, rois, shape,
                   [&](Eigen::Index k, Eigen::Index i, Eigen::Index j, Eigen::Index n, Eigen::Index h, Eigen::Index w) {
-                    return pool_bin(p, rois, k, i, j, n, h, w);
+                    return pool_bin(p, rois, k, i, j, n, h, w, Pass::kBackward);
                   });
 }
 

@@ -4,6 +4,7 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # suites/: makes `peer` importable
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "ops" / "python"))  # the detops package
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -12,9 +13,12 @@ def detops_library():
     from peer import pairs
 
     try:
-        return pairs.load_library()
+        path = pairs.load_library()
     except FileNotFoundError as e:
         pytest.fail(str(e))
+    # The Python package (ops/python/detops) on top: detops.ops and the fake kernels of nms / batched_nms.
+    import detops  # noqa: F401
+    return path
 
 
 def pytest_sessionfinish(session, exitstatus):

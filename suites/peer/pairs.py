@@ -65,14 +65,13 @@ def image_rois(g, k, n, img_h, img_w):
 
 def grid_rois(g, k, n, h, w, scale, ph, pw):
     """rois whose scaled sizes are whole multiples of the pooled size at integer positions: every bin edge is
-    an integer in any dtype, so position-sensitive pooling agrees exactly on the bin contents. They stay off the
-    last row and column, which torchvision's ps_roi_pool forward clips away (docs/ops/ps_roi.md).
+    an integer in any dtype, so position-sensitive pooling agrees exactly on the bin contents. They may reach
+    the last row and column: DetOps's ps_roi_pool clips its forward there as torchvision's does by default.
 
     The image coordinates (feature coordinates / scale) must also survive rounding to bf16, whose spacing is 8
     between 1024 and 2048: a roi edge at 1348 px becomes 1344 and its bins stop being whole (on the H200 that
     moved whole rows between bins, a 0.07 'error' against fp64). So positions and bin sizes step by q feature
     pixels, where q / scale is a multiple of bf16's spacing at the largest coordinate."""
-    h, w = h - 1, w - 1
     spacing = 2.0 ** (math.floor(math.log2(max(h, w) / scale)) - 7)  # bf16: 8 significand bits
     q = max(1, math.ceil(spacing * scale))
     while (q / scale) % spacing:
@@ -326,8 +325,8 @@ PAIRS = [
          lambda i: _d().ps_roi_pool(i["x"], i["rois"], i["scale"], i["pooled"], i["pooled"])[0],
          lambda i: _tvops().ps_roi_pool(i["x"], i["rois"], (i["pooled"], i["pooled"]), spatial_scale=i["scale"]),
          ps_cases(False), ("x", "rois"), grad_keys=("x",),
-         truth_note="torchvision in fp64 on our rounded inputs; rois on integer bin edges (torchvision's floating "
-                    "bin edges differ from ours elsewhere, see docs/ops/ps_roi.md)"),
+         truth_note="torchvision in fp64 on our rounded inputs; rois on integer bin edges (bins follow the "
+                    "dtype's arithmetic, as torchvision's, so fp32 and fp64 edges differ elsewhere)"),
     Pair("nms", "torchvision.ops.nms", make_nms,
          lambda i: _d().nms(i["boxes"], i["scores"], i["iou"]),
          lambda i: _tvops().nms(i["boxes"], i["scores"], i["iou"]),

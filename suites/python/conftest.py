@@ -36,6 +36,9 @@ def _loaded_detops_library():
     if path is None or not path.exists():
         pytest.fail("libdetops_torch.so not found: build first (scripts/test.sh) or set DETOPS_TORCH_LIBRARY")
     torch.ops.load_library(str(path))
+    # The Python package registers the fake kernels of the data-dependent ops (nms, batched_nms).
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "ops" / "python"))
+    import detops  # noqa: F401
     return path
 
 

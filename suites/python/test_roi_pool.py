@@ -231,13 +231,13 @@ def test_bad_input_raises_and_process_stays_usable(device):
     g = torch.Generator().manual_seed(12)
     x = make_features(g, 2, 3, 8, 8).float().to(device)
     rois = make_rois(g, 2, 8, 8, 4, 1.0).float().to(device)
-    with pytest.raises(ValueError, match="rois must be a 2-D tensor"):
+    with pytest.raises(RuntimeError, match="rois must be a 2-D tensor"):
         torch.ops.detops.roi_pool(x, rois[:, :4], 1.0, 2, 2)
     bad = rois.clone()
     bad[2, 0] = 5
     with pytest.raises(IndexError, match=r"rois\[2, 0\]"):
         torch.ops.detops.roi_pool(x, bad, 1.0, 2, 2)
-    with pytest.raises(ValueError, match="pooled_height must be positive"):
+    with pytest.raises(RuntimeError, match="pooled_height must be positive"):
         torch.ops.detops.roi_pool(x, rois, 1.0, 0, 2)
     out, argmax = torch.ops.detops.roi_pool(x, rois, 1.0, 2, 2)
     grad = torch.ones_like(out)

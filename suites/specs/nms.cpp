@@ -8,8 +8,10 @@
 //   whose IoU error is within the tolerance must return the reference's keep list exactly. The judge
 //   verifies this premise on the rounded inputs; a case that does not meet it is an error.
 // - kExactByConstruction: the keep list is exact for a reason the margin test cannot see, stated at
-//   the case (IoUs exactly at the threshold, computed exactly in every precision; IoU 0 of touching
-//   boxes at threshold 0; identical boxes). Compared exactly without the margin test.
+//   the case (IoUs exactly at the threshold: exact in every precision, or 1/5 and 4/5, which float holds
+//   above the double threshold; IoU 0 of touching boxes at threshold 0; identical boxes; thresholds
+//   outside [0, 1]). Compared exactly, without the margin test, with the reference's IoU held in the
+//   implementation's precision.
 // - kValidity: boundary cases (IoU = threshold +- 1e-5, equal scores, identical boxes with equal
 //   scores, NaN scores, rounding-heavy coordinates): every kept box has no earlier kept box with
 //   IoU > threshold + tol, every suppressed box has a kept box of at least its score with
@@ -43,7 +45,8 @@ enum class Layout {
   kGridClustered,   // the same around a few integer centres: many suppressing pairs
   kDisjoint,        // a row of separated boxes: all kept
   kIdentical,       // one box repeated
-  kAtThreshold,     // pairs whose IoU is exactly the threshold (0.5 or 0.25), computed exactly in any precision
+  kAtThreshold,     // pairs whose IoU is exactly the threshold: 0.5 or 0.25 (exact in any precision), 0.2 or 0.8
+                    // (1/5 and 4/5: above the double threshold once rounded to float)
   kTouching,        // boxes sharing edges: IoU exactly 0
   kBoundary,        // pairs with IoU = threshold +- 1e-5
   kBoundaryChain,   // chains in which each box sits near the threshold with the next
@@ -179,12 +182,18 @@ Built build_boxes(const NmsCaseConfig& cfg, Rng& rng) {
       for (std::int64_t i = 0; i < n; ++i) push_box(b, 10, 20, 74, 52);
       break;
     case Layout::kAtThreshold:
-      // [x, y, x+4, y+4] and [x, y, x+4, y+k]: intersection 4k, union 16, IoU k/4 exactly in any precision;
-      // k = 2 gives 0.5 and k = 1 gives 0.25. Strict '>' keeps both boxes of each pair.
+      // [x, 0, x+s, s] and [x, 0, x+s, k]: intersection s*k, union s*s, IoU k/s exactly. s = 4: k = 2 gives
+      // 0.5 and k = 1 gives 0.25, exact in every precision: strict '>' keeps both boxes of each pair.
+      // s = 5: k = 1 gives 1/5 and k = 4 gives 4/5, which float rounds up (0.2f = 0.200000003, 0.8f =
+      // 0.800000012): held in float (fp32, fp16, bf16 boxes) the IoU exceeds the double threshold 0.2 / 0.8
+      // and the second box is suppressed, as torchvision's CPU kernel does; held in double (fp64) it equals
+      // the threshold and both are kept.
       for (std::int64_t i = 0; i < n / 2; ++i) {
-        const double x = 10.0 * i, k = cfg.threshold == 0.25 ? 1 : 2;
-        push_box(b, x, 0, x + 4, 4);
-        push_box(b, x, 0, x + 4, k);
+        const bool fifths = cfg.threshold == 0.2 || cfg.threshold == 0.8;
+        const double x = 10.0 * i, side = fifths ? 5 : 4;
+        const double k = fifths ? (cfg.threshold == 0.2 ? 1 : 4) : (cfg.threshold == 0.25 ? 1 : 2);
+        push_box(b, x, 0, x + side, side);
+        push_box(b, x, 0, x + side, k);
       }
       break;
     case Layout::kTouching:
@@ -351,7 +360,14 @@ CompareResult judge(const NmsCaseConfig& cfg, bool batched, const Tensors& in, c
   r.dtype = "int64";
   r.tolerance = {iou_tolerance(dtype), 0};
   const NmsBoxes boxes = to_reference(in, batched);
-  const std::vector<std::int64_t> got = to_vector(out.at(0)), want = to_vector(ref.at(0));
+  // The reference with the IoU held as the implementation holds it (float for fp32 / fp16 / bf16 boxes),
+  // so that IoUs exactly at a threshold float cannot represent are decided as torchvision's CPU kernel
+  // decides them (`ref` holds the double-IoU keep list).
+  (void)ref;
+  const std::vector<std::int64_t> got = to_vector(out.at(0));
+  const std::vector<std::int64_t> want = reference::nms_reference(
+      boxes, cfg.threshold,
+      dtype == DType::kFloat64 ? reference::NmsIouPrecision::kDouble : reference::NmsIouPrecision::kFloat);
   r.numel = static_cast<std::int64_t>(got.size());
   r.shape = {r.numel};
   const double tol = iou_tolerance(dtype);
@@ -487,6 +503,26 @@ std::vector<NamedConfig> common_configs() {
   add("iou_exactly_threshold_0_5", c);
   c = {}; c.n = 40; c.layout = L::kAtThreshold; c.threshold = 0.25; c.judge = J::kExactByConstruction;
   add("iou_exactly_threshold_0_25", c);
+  // IoU exactly 1/5 and 4/5 of integer boxes: float's IoU (0.2f, 0.8f) is above the double threshold, so
+  // fp32 / fp16 / bf16 boxes suppress and fp64 boxes keep, as torchvision's CPU kernel decides.
+  c = {}; c.n = 40; c.layout = L::kAtThreshold; c.threshold = 0.2; c.judge = J::kExactByConstruction;
+  add("iou_exactly_one_fifth_threshold_0_2", c);
+  c = {}; c.n = 40; c.layout = L::kAtThreshold; c.threshold = 0.8; c.judge = J::kExactByConstruction;
+  add("iou_exactly_four_fifths_threshold_0_8", c);
+  // Thresholds outside [0, 1], as torchvision takes them. Below 0 every pair with a defined IoU (0 for
+  // disjoint or zero-area pairs, in any precision) suppresses, and a NaN IoU (a NaN coordinate, 0 / 0 of
+  // two zero-area boxes) never does; above 1 or NaN nothing is suppressed.
+  c = {}; c.n = 120; c.layout = L::kGridClustered; c.threshold = -0.5; c.judge = J::kExactByConstruction;
+  add("threshold_negative", c);
+  c = {}; c.n = 120; c.layout = L::kZeroArea; c.threshold = -0.5; c.judge = J::kExactByConstruction;
+  add("zero_area_boxes_threshold_negative", c);
+  c = {}; c.n = 120; c.layout = L::kNaNBoxes; c.threshold = -0.5; c.judge = J::kExactByConstruction;
+  add("nan_coordinates_threshold_negative", c);
+  c = {}; c.n = 120; c.layout = L::kGridClustered; c.threshold = 1.5; c.judge = J::kExactByConstruction;
+  add("threshold_above_one", c);
+  c = {}; c.n = 120; c.layout = L::kGridClustered; c.threshold = std::numeric_limits<double>::quiet_NaN();
+  c.judge = J::kExactByConstruction;
+  add("threshold_nan", c);
   c = {}; c.n = 40; c.layout = L::kBoundary; c.judge = J::kValidity; add("boundary_plus_minus_1e5", c);
   c = {}; c.n = 40; c.layout = L::kBoundary; c.threshold = 0.7; c.judge = J::kValidity;
   add("boundary_plus_minus_1e5_threshold_0_7", c);
@@ -603,15 +639,7 @@ std::vector<BadInputCase> bad_inputs(bool batched) {
       {"scores", "float64, float32, float16 or bfloat16"});
   add("scores_on_other_device", [=](const at::Device& d) { run(two_boxes(d), other_device(two_scores(d), d), two_idxs(d), p); },
       {"boxes and scores", "same device"});
-  add("negative_threshold", [=](const at::Device& d) { run(two_boxes(d), two_scores(d), two_idxs(d), with_threshold(-0.1)); },
-      {"iou_threshold", "[0, 1]", "-0.1"});
-  add("threshold_above_one", [=](const at::Device& d) { run(two_boxes(d), two_scores(d), two_idxs(d), with_threshold(1.5)); },
-      {"iou_threshold", "[0, 1]", "1.5"});
-  add("nan_threshold", [=](const at::Device& d) { run(two_boxes(d), two_scores(d), two_idxs(d), with_threshold(kNaN)); },
-      {"iou_threshold", "[0, 1]", "nan"});
   if (batched) {
-    add("float_idxs", [=](const at::Device& d) { run(two_boxes(d), two_scores(d), two_idxs(d).to(at::kFloat), p); },
-        {"idxs", "integer"});
     add("idxs_wrong_length", [=](const at::Device& d) { run(two_boxes(d), two_scores(d), at::zeros({5}, two_idxs(d).options()), p); },
         {"idxs", "[N]", "N = 2", "[5]"});
     add("idxs_on_other_device", [=](const at::Device& d) { run(two_boxes(d), two_scores(d), other_device(two_idxs(d), d), p); },

@@ -26,6 +26,7 @@ enum class RoiLayout {
   kLastRowColumn,    // ps_roi_pool: rois ending on or past the map's last row and column
   kRoundingTies,     // ps_roi_pool: scaled coordinates exactly at n + 0.5, positive and negative
   kUnevenBins,       // ps_roi_pool: roi sizes where floating-point bin arithmetic is off by one pixel
+  kFloatBins27,      // ps_roi_pool: sizes 55 and 110 over 27 bins, where fp32 and fp64 bins both move a boundary
   kHalfAccumulation, // kHalfAccumulationTerms rois on each of four pixels (scale 1, 1x1 bins): sample / pool that pixel
 };
 using BatchLayout = kit::RoiBatchLayout;
@@ -41,10 +42,14 @@ struct PsRoiCaseConfig {
   bool noncontiguous_rois = false;
   bool stride0_grad = false;
   bool half_accumulation = false;  // features from kit::half_accumulation_values, grad_output positive
+  bool zero_empty_bins = false;    // ps_roi_align's option (default false: torchvision's NaN for empty bins)
+  bool exact_bins = false;         // ps_roi_pool's option (default false: torchvision's bins)
 
   std::int64_t in_channels() const { return out_channels * pooled_height * pooled_width; }
-  PsRoiAlignParams align_params() const { return {spatial_scale, pooled_height, pooled_width, sampling_ratio}; }
-  PsRoiPoolParams pool_params() const { return {spatial_scale, pooled_height, pooled_width}; }
+  PsRoiAlignParams align_params() const {
+    return {spatial_scale, pooled_height, pooled_width, sampling_ratio, zero_empty_bins};
+  }
+  PsRoiPoolParams pool_params() const { return {spatial_scale, pooled_height, pooled_width, exact_bins}; }
 };
 
 // Rois in input-image coordinates (feature size / spatial_scale).
@@ -104,6 +109,10 @@ at::Tensor make_rois(const PsRoiCaseConfig& cfg, at::Generator& gen) {
       fill_rows({{1, 2, 30, 59}, {3, 1, 61, 29}, {0, 0, 61, 54}, {2, 3, 49, 17},
                  {4, 5, 54, 32}, {6, 1, 31, 57}, {5, 4, 62, 33}, {1, 1, 59, 8}});
       break;
+    case RoiLayout::kFloatBins27:  // 27 bins over 55 or 110 pixels: fp32 and fp64 give the same bins, one
+      // boundary off the exact one; integer coordinates below 256 are exact in every dtype
+      fill_rows({{3, 2, 58, 57}, {1, 4, 111, 59}, {5, 1, 60, 111}, {0, 0, 110, 110}});
+      break;
     case RoiLayout::kHalfAccumulation:
       // [x, x + 1] x [y, y + 1]: ps_roi_align (sampling_ratio 1) samples exactly (y, x); ps_roi_pool pools that pixel.
       r = kit::half_accumulation_rois(kit::half_accumulation_pixel_rows(
@@ -157,23 +166,51 @@ CaseData make_case(const PsRoiCaseConfig& cfg, std::uint64_t seed) {
   d.reference_backward_magnitude = kit::abs_grad_magnitude(d.reference_backward);
   if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
   if (cfg.half_accumulation) d.make_grad_output = kit::half_accumulation_grad_output();
+  Op::finish_case(d, cfg, p, shape);
   return d;
+}
+
+// What a case needs beyond the shared parts, per op.
+// ps_roi_align without zero_empty_bins: an adaptive grid over a zero-size roi (or a degenerate one with an
+// extent in (-1, 0]) gives NaN bins, and NaN outputs make every difference quotient NaN.
+void finish_align_case(CaseData& d, const PsRoiCaseConfig& cfg, const PsRoiAlignParams& p,
+                       const std::array<std::int64_t, 4>&) {
+  const bool empty_bins = cfg.rois == RoiLayout::kZeroSize || cfg.rois == RoiLayout::kDegenerate;
+  if (!p.zero_empty_bins && p.sampling_ratio <= 0 && empty_bins) {
+    d.gradcheck_skip_reason = "NaN bins (torchvision's 0 / 0 for a bin without samples): every difference quotient is NaN";
+  }
+}
+
+// ps_roi_pool without exact_bins: the backward (as torchvision's) clips bins to the map where the forward
+// stops before the last row and column, so the finite differences differentiate the forward with the
+// backward's bins (the reference's ps_roi_pool_gradient_target), for the op's backward and the reference's.
+void finish_pool_case(CaseData& d, const PsRoiCaseConfig&, const PsRoiPoolParams& p,
+                      const std::array<std::int64_t, 4>& shape) {
+  if (p.exact_bins) return;
+  auto target = [p, shape](const Tensors& x, const Tensors&) {
+    const at::Tensor out =
+        kit::from_tensor4d(reference::ps_roi_pool_gradient_target(p, kit::to_tensor4d(x[0].cpu()), kit::to_matrix(x[1].cpu())));
+    return Tensors{out.to(x[0].device()), reference_mapping(x[1].cpu(), shape[1], p.pooled_height, p.pooled_width).to(x[0].device())};
+  };
+  d.op_gradient_target = target;
+  d.reference_gradient_target = target;
 }
 
 // An op's entry points and its reference's, and its params from a case config.
 template <typename Params, Params (PsRoiCaseConfig::*kParams)() const, auto kForward, auto kBackward,
-          auto kReferenceForward, auto kReferenceBackward>
+          auto kReferenceForward, auto kReferenceBackward, auto kFinishCase>
 struct PsOp {
   static Params params(const PsRoiCaseConfig& c) { return (c.*kParams)(); }
   static constexpr auto forward = kForward;
   static constexpr auto backward = kBackward;
   static constexpr auto reference_forward = kReferenceForward;
   static constexpr auto reference_backward = kReferenceBackward;
+  static constexpr auto finish_case = kFinishCase;
 };
 using AlignOp = PsOp<PsRoiAlignParams, &PsRoiCaseConfig::align_params, &ps_roi_align_forward, &ps_roi_align_backward,
-                     &reference::ps_roi_align_forward, &reference::ps_roi_align_backward>;
+                     &reference::ps_roi_align_forward, &reference::ps_roi_align_backward, &finish_align_case>;
 using PoolOp = PsOp<PsRoiPoolParams, &PsRoiCaseConfig::pool_params, &ps_roi_pool_forward, &ps_roi_pool_backward,
-                    &reference::ps_roi_pool_forward, &reference::ps_roi_pool_backward>;
+                    &reference::ps_roi_pool_forward, &reference::ps_roi_pool_backward, &finish_pool_case>;
 
 std::string pooled_name(std::int64_t ph, std::int64_t pw) { return std::to_string(ph) + "x" + std::to_string(pw); }
 
@@ -192,9 +229,13 @@ void add_common_cases(CaseList& l, const PsRoiCaseConfig& base) {
   c = base; c.rois = RoiLayout::kZeroSize; l.add("zero_size_rois", c);
   c = base; c.rois = RoiLayout::kSubPixel; l.add("subpixel_rois", c);
   c = base; c.rois = RoiLayout::kNaN; l.add("nan_coordinates", c);
-  c = base; c.rois = RoiLayout::kInfinite; l.add("infinite_coordinates", c);
+  // ps_roi_pool runs these two with exact_bins: over rois of more than 2^24 pixels, torchvision's fp32 bin
+  // arithmetic (the default in fp32 and the half types) moves boundaries by many pixels, which the fp64
+  // reference cannot follow (suites/peer/test_dropin_roi.py compares the default with torchvision there).
+  c = base; c.rois = RoiLayout::kInfinite; c.exact_bins = true; l.add("infinite_coordinates", c);
   // A fixed grid for ps_roi_align: an adaptive one is capped at 1024 x 1024 samples per bin (a case of its own).
-  c = base; c.rois = RoiLayout::kHuge; c.num_rois = 4; c.sampling_ratio = 2; l.add("huge_coordinates", c);
+  c = base; c.rois = RoiLayout::kHuge; c.num_rois = 4; c.sampling_ratio = 2; c.exact_bins = true;
+  l.add("huge_coordinates", c);
   c = base; c.height = c.width = 1; c.spatial_scale = 0.0625; c.pooled_height = c.pooled_width = 7; l.add("feature_map_1x1", c);
   c = base; c.height = c.width = 1; c.spatial_scale = 1.0; c.pooled_height = c.pooled_width = 2; l.add("feature_map_1x1_scale1", c);
   c = base; c.noncontiguous_input = true; c.pooled_height = c.pooled_width = 7; l.add("noncontiguous_input", c);
@@ -269,6 +310,10 @@ std::vector<OpCase> ps_roi_align_cases() {
   c.batch = 1; c.height = c.width = 16; c.num_rois = 2; c.rois = RoiLayout::kWholeMap; c.half_accumulation = true;
   l.add("half_accumulation_sampling_grid_4096", c);
   add_half_accumulation_backward_case(l, base);
+  // Added after every other case so that no seed moves: zero_empty_bins, where the default gives NaN.
+  c = base; c.zero_empty_bins = true; c.rois = RoiLayout::kZeroSize; l.add("zero_empty_bins_zero_size_rois", c);
+  c = base; c.zero_empty_bins = true; c.rois = RoiLayout::kDegenerate; l.add("zero_empty_bins_degenerate_rois", c);
+  c = base; c.zero_empty_bins = true; l.add("zero_empty_bins_random_rois", c);
   return std::move(l.cases);
 }
 
@@ -297,10 +342,15 @@ std::vector<OpCase> ps_roi_pool_cases() {
   l.add("rois_on_last_row_and_column_1x1", c);
   c = base; c.rois = RoiLayout::kRoundingTies; c.spatial_scale = 0.5; c.num_rois = 4; c.pooled_height = c.pooled_width = 2;
   l.add("coordinate_rounding_ties", c);
+  // Sizes where fp32 and fp64 bins differ: torchvision's bins depend on the dtype there, and the fp64
+  // reference cannot follow the dtype under test, so these run with exact_bins (which is the same in every
+  // dtype); the Python suite compares the default with torchvision in the same dtype on them.
   c = base; c.rois = RoiLayout::kUnevenBins; c.spatial_scale = 1.0; c.num_rois = 8; c.out_channels = 1;
-  c.pooled_height = c.pooled_width = 7; c.height = c.width = 70; c.batch = 1; l.add("uneven_bins_7x7", c);
+  c.pooled_height = c.pooled_width = 7; c.height = c.width = 70; c.batch = 1; c.exact_bins = true;
+  l.add("exact_bins_uneven_bins_7x7", c);
   c = base; c.rois = RoiLayout::kUnevenBins; c.spatial_scale = 1.0; c.num_rois = 8; c.out_channels = 1;
-  c.pooled_height = 13; c.pooled_width = 11; c.height = c.width = 70; c.batch = 1; l.add("uneven_bins_13x11", c);
+  c.pooled_height = 13; c.pooled_width = 11; c.height = c.width = 70; c.batch = 1; c.exact_bins = true;
+  l.add("exact_bins_uneven_bins_13x11", c);
   c = base; c.rois = RoiLayout::kSubPixel; c.pooled_height = c.pooled_width = 7; l.add("roi_smaller_than_bins", c);
   c = base; c.out_channels = 1; c.pooled_height = c.pooled_width = 7; c.height = 100; c.width = 168; c.batch = 1;
   c.num_rois = 24; c.spatial_scale = 0.125; l.add("fpn_p3_size_map", c);
@@ -310,6 +360,27 @@ std::vector<OpCase> ps_roi_pool_cases() {
   c.height = c.width = 64; c.num_rois = 2; c.rois = RoiLayout::kWholeMap; c.half_accumulation = true;
   l.add("half_accumulation_bin_4096_pixels", c);
   add_half_accumulation_backward_case(l, base);
+  // Added after every other case so that no seed moves. torchvision's floating-point bins where fp32 and
+  // fp64 agree with each other but not with exact arithmetic (the default), and the exact ones.
+  c = base; c.rois = RoiLayout::kFloatBins27; c.spatial_scale = 1.0; c.num_rois = 4; c.out_channels = 1;
+  c.pooled_height = c.pooled_width = 27; c.height = c.width = 120; c.batch = 1; l.add("torchvision_float_bins_27x27", c);
+  c.exact_bins = true; l.add("exact_bins_27x27", c);
+  // The exact bins on the cases where they differ from torchvision's: the last row and column, the border,
+  // non-finite coordinates, and random rois.
+  c = base; c.exact_bins = true; c.rois = RoiLayout::kLastRowColumn; c.spatial_scale = 1.0; c.num_rois = 5;
+  l.add("exact_bins_rois_on_last_row_and_column", c);
+  c.pooled_height = c.pooled_width = 1; l.add("exact_bins_rois_on_last_row_and_column_1x1", c);
+  c = base; c.exact_bins = true; l.add("exact_bins_random_rois", c);
+  c = base; c.exact_bins = true; c.pooled_height = c.pooled_width = 7; c.rois = RoiLayout::kWholeMap;
+  l.add("exact_bins_roi_covers_whole_map", c);
+  c = base; c.exact_bins = true; c.rois = RoiLayout::kPartlyOutside; c.pooled_height = c.pooled_width = 7;
+  l.add("exact_bins_rois_partly_outside_map", c);
+  c = base; c.exact_bins = true; c.rois = RoiLayout::kNaN; l.add("exact_bins_nan_coordinates", c);
+  c = base; c.exact_bins = true; c.rois = RoiLayout::kInfinite; l.add("exact_bins_infinite_coordinates", c);
+  c = base; c.exact_bins = true; c.height = c.width = 1; c.spatial_scale = 1.0; c.pooled_height = c.pooled_width = 2;
+  l.add("exact_bins_feature_map_1x1_scale1", c);
+  c = base; c.exact_bins = true; c.stride0_grad = true; c.noncontiguous_input = true;
+  l.add("exact_bins_stride0_grad_noncontiguous_input", c);
   return std::move(l.cases);
 }
 

@@ -26,24 +26,58 @@ TEST(NmsReference, IouOfOverlappingSquaresIsOneSeventh) {
   EXPECT_DOUBLE_EQ(nms_reference_iou(b, 1, 0), 1.0 / 7.0);
 }
 
-TEST(NmsReference, DegenerateAndNonFiniteBoxesHaveIouZero) {
+TEST(NmsReference, DegenerateAndNonFiniteBoxesFollowTheQuotient) {
   const NmsBoxes b = make({0, 0, 10, 10,                  // 0: normal
                            10, 0, 20, 10,                 // 1: touches 0 along x = 10
                            8, 2, 2, 8,                    // 2: inverted in x, inside 0
                            2, 2, 2, 8,                    // 3: zero width
                            kNaN, 0, 10, 10,               // 4: NaN x1, otherwise identical to 0
                            -INFINITY, -INFINITY, INFINITY, INFINITY,  // 5: infinite
-                           -INFINITY, -INFINITY, INFINITY, INFINITY}, // 6: infinite (inf - inf in the union)
-                          {1, 1, 1, 1, 1, 1, 1});
-  for (int other = 1; other <= 5; ++other) EXPECT_EQ(nms_reference_iou(b, 0, other), 0.0) << other;
-  EXPECT_EQ(nms_reference_iou(b, 5, 6), 0.0);
+                           -INFINITY, -INFINITY, INFINITY, INFINITY,  // 6: infinite (inf - inf in the union)
+                           3, 3, 3, 3},                   // 7: a point
+                          {1, 1, 1, 1, 1, 1, 1, 1});
+  // No overlap: 0 / (100 + 100), 0 / (100 - 36), 0 / (100 + 0).
+  for (int other = 1; other <= 3; ++other) EXPECT_EQ(nms_reference_iou(b, 0, other), 0.0) << other;
+  // 100 / (100 + inf - 100) = 0.
+  EXPECT_EQ(nms_reference_iou(b, 0, 5), 0.0);
+  // A NaN coordinate makes the union NaN; inf / (inf + inf - inf) and 0 / 0 are NaN.
+  EXPECT_TRUE(std::isnan(nms_reference_iou(b, 0, 4)));
+  EXPECT_TRUE(std::isnan(nms_reference_iou(b, 5, 6)));
+  EXPECT_TRUE(std::isnan(nms_reference_iou(b, 7, 7)));
   EXPECT_DOUBLE_EQ(nms_reference_iou(b, 0, 0), 1.0);
 }
 
-TEST(NmsReference, IouAcrossClassesIsZero) {
+TEST(NmsReference, NegativeThresholdSuppressesEveryDefinedIouButNotNaN) {
+  // 0 [0,0,10,10] .9; 1 [20,20,30,30] .8 (disjoint: IoU 0 > -0.5); 2 [3,3,3,3] .7 (a point: 0 / 100 = 0
+  // with box 0); 3 NaN x1 .6 (IoU NaN with everything: never suppressed).
+  const NmsBoxes b = make({0, 0, 10, 10, 20, 20, 30, 30, 3, 3, 3, 3, kNaN, 0, 10, 10}, {0.9, 0.8, 0.7, 0.6});
+  EXPECT_EQ(nms_reference(b, -0.5), (std::vector<std::int64_t>{0, 3}));
+  // Above 1 and NaN: nothing is suppressed.
+  EXPECT_EQ(nms_reference(b, 1.5), (std::vector<std::int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(nms_reference(b, kNaN), (std::vector<std::int64_t>{0, 1, 2, 3}));
+}
+
+TEST(NmsReference, FloatIouOfOneFifthExceedsTheDoubleThreshold) {
+  // [0,0,5,5] and [0,0,5,1]: IoU 5 / 25 = 0.2 exactly; [0,0,5,5] and [0,0,5,4]: 20 / 25 = 0.8. In double the
+  // IoU equals the threshold (kept); held in float it is 0.2f = 0.200000003 and 0.8f = 0.800000012, above
+  // the double thresholds 0.2 and 0.8 (suppressed), as torchvision's CPU kernel decides for float32 boxes.
+  const NmsBoxes fifth = make({0, 0, 5, 5, 0, 0, 5, 1}, {0.9, 0.8});
+  EXPECT_EQ(nms_reference(fifth, 0.2, NmsIouPrecision::kDouble), (std::vector<std::int64_t>{0, 1}));
+  EXPECT_EQ(nms_reference(fifth, 0.2, NmsIouPrecision::kFloat), (std::vector<std::int64_t>{0}));
+  const NmsBoxes four_fifths = make({0, 0, 5, 5, 0, 0, 5, 4}, {0.9, 0.8});
+  EXPECT_EQ(nms_reference(four_fifths, 0.8, NmsIouPrecision::kDouble), (std::vector<std::int64_t>{0, 1}));
+  EXPECT_EQ(nms_reference(four_fifths, 0.8, NmsIouPrecision::kFloat), (std::vector<std::int64_t>{0}));
+  // 0.5 is exact in float: equal, kept in both.
+  const NmsBoxes half = make({0, 0, 4, 4, 0, 0, 4, 2}, {0.9, 0.8});
+  EXPECT_EQ(nms_reference(half, 0.5, NmsIouPrecision::kFloat), (std::vector<std::int64_t>{0, 1}));
+}
+
+TEST(NmsReference, BoxesOfDifferentClassesAreNeverCompared) {
   const NmsBoxes b = make({0, 0, 10, 10, 0, 0, 10, 10}, {1, 0.5}, {3, 4});
-  EXPECT_EQ(nms_reference_iou(b, 0, 1), 0.0);
+  EXPECT_TRUE(std::isnan(nms_reference_iou(b, 0, 1)));
   EXPECT_EQ(nms_reference(b, 0.5), (std::vector<std::int64_t>{0, 1}));
+  // Not even below 0, where every defined IoU suppresses.
+  EXPECT_EQ(nms_reference(b, -0.5), (std::vector<std::int64_t>{0, 1}));
 }
 
 TEST(NmsReference, RankingPutsNaNFirstAndKeepsIndexOrderForTies) {

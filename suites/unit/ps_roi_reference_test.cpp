@@ -31,20 +31,47 @@ double mean_of_linear(Eigen::Index n, Eigen::Index c, std::pair<int, int> rows, 
   return 1e4 * n + 100.0 * c + (rows.first + rows.second - 1) / 2.0 + 0.01 * (cols.first + cols.second - 1) / 2.0;
 }
 
-TEST(PsRoiPoolReference, BinsHaveExactIntegerBoundaries) {
+TEST(PsRoiPoolReference, ExactBinsHaveExactIntegerBoundaries) {
   // 29 rows in 7 bins: floor(i * 29 / 7) .. ceil((i + 1) * 29 / 7), worked out by hand.
   const std::vector<std::pair<int, int>> rows{{0, 5}, {4, 9}, {8, 13}, {12, 17}, {16, 21}, {20, 25}, {24, 29}};
   const Tensor4d x = linear_pixels(1, 7, 40, 5);
-  const Tensor4d out = ps_roi_pool_forward({1.0, 7, 1}, x, rois({{0, 0, 0, 3, 29}}));
+  const Tensor4d out = ps_roi_pool_forward({1.0, 7, 1, true}, x, rois({{0, 0, 0, 3, 29}}));
   ASSERT_EQ(out.dimension(1), 1);
   for (int i = 0; i < 7; ++i) {
     EXPECT_NEAR(out(0, 0, i, 0), mean_of_linear(0, i, rows[static_cast<size_t>(i)], {0, 3}), 1e-9) << "bin " << i;
   }
 }
 
-TEST(PsRoiPoolReference, BinsAreClippedToTheWholeMap) {
+TEST(PsRoiPoolReference, DefaultBinsAreTorchvisionsFloatingPointOnes) {
+  // 29 rows in 7 bins with b = 29 / 7 in double: 7 * b = 29.000000000000004, so the last bin's end is
+  // ceil(...) = 30 and it takes a 30th row; the other bins are the exact ones. The map has 40 rows, so the
+  // forward's clip to [0, 39) does not bite.
+  const std::vector<std::pair<int, int>> rows{{0, 5}, {4, 9}, {8, 13}, {12, 17}, {16, 21}, {20, 25}, {24, 30}};
+  const Tensor4d x = linear_pixels(1, 7, 40, 5);
+  const Tensor4d out = ps_roi_pool_forward({1.0, 7, 1}, x, rois({{0, 0, 0, 3, 29}}));
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_NEAR(out(0, 0, i, 0), mean_of_linear(0, i, rows[static_cast<size_t>(i)], {0, 3}), 1e-9) << "bin " << i;
+  }
+}
+
+TEST(PsRoiPoolReference, DefaultForwardLeavesOutTheLastRowAndColumn) {
+  // torchvision's forward clips bins to [0, H-1) x [0, W-1); its backward (the gradient target's bins) to
+  // the map.
   const Tensor4d x = linear_pixels(1, 1, 5, 6);
-  const Tensor4d out = ps_roi_pool_forward({1.0, 1, 1}, x, rois({{0, 0, 0, 6, 5}, {0, 4, 3, 9, 9}, {0, -3, -2, 1, 1}}));
+  const Matrixd r = rois({{0, 0, 0, 6, 5}, {0, 4, 3, 9, 9}, {0, 5, 4, 9, 9}});
+  const Tensor4d out = ps_roi_pool_forward({1.0, 1, 1}, x, r);
+  EXPECT_NEAR(out(0, 0, 0, 0), mean_of_linear(0, 0, {0, 4}, {0, 5}), 1e-12);
+  EXPECT_NEAR(out(1, 0, 0, 0), mean_of_linear(0, 0, {3, 4}, {4, 5}), 1e-12);
+  EXPECT_EQ(out(2, 0, 0, 0), 0.0);  // starts on the last row and column: empty
+  const Tensor4d target = ps_roi_pool_gradient_target({1.0, 1, 1}, x, r);
+  EXPECT_NEAR(target(0, 0, 0, 0), mean_of_linear(0, 0, {0, 5}, {0, 6}), 1e-12);
+  EXPECT_NEAR(target(1, 0, 0, 0), mean_of_linear(0, 0, {3, 5}, {4, 6}), 1e-12);
+  EXPECT_NEAR(target(2, 0, 0, 0), mean_of_linear(0, 0, {4, 5}, {5, 6}), 1e-12);
+}
+
+TEST(PsRoiPoolReference, ExactBinsAreClippedToTheWholeMap) {
+  const Tensor4d x = linear_pixels(1, 1, 5, 6);
+  const Tensor4d out = ps_roi_pool_forward({1.0, 1, 1, true}, x, rois({{0, 0, 0, 6, 5}, {0, 4, 3, 9, 9}, {0, -3, -2, 1, 1}}));
   EXPECT_NEAR(out(0, 0, 0, 0), mean_of_linear(0, 0, {0, 5}, {0, 6}), 1e-12);  // last row and column included
   EXPECT_NEAR(out(1, 0, 0, 0), mean_of_linear(0, 0, {3, 5}, {4, 6}), 1e-12);
   EXPECT_NEAR(out(2, 0, 0, 0), mean_of_linear(0, 0, {0, 1}, {0, 1}), 1e-12);
@@ -53,7 +80,7 @@ TEST(PsRoiPoolReference, BinsAreClippedToTheWholeMap) {
 TEST(PsRoiPoolReference, CoordinatesRoundHalfAwayFromZero) {
   // spatial_scale 0.5: x1 = 5 -> 2.5 -> 3, x2 = 9 -> 4.5 -> 5, y1 = -1 -> -0.5 -> -1, y2 = 5 -> 2.5 -> 3.
   const Tensor4d x = linear_pixels(1, 1, 6, 8);
-  const Tensor4d out = ps_roi_pool_forward({0.5, 1, 1}, x, rois({{0, 5, -1, 9, 5}}));
+  const Tensor4d out = ps_roi_pool_forward({0.5, 1, 1, true}, x, rois({{0, 5, -1, 9, 5}}));
   EXPECT_NEAR(out(0, 0, 0, 0), mean_of_linear(0, 0, {0, 3}, {3, 5}), 1e-12);  // rows [-1, 3) clipped to [0, 3)
 }
 
@@ -61,7 +88,7 @@ TEST(PsRoiPoolReference, DegenerateNaNAndInfiniteRois) {
   const Tensor4d x = linear_pixels(2, 1, 5, 6);
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   const Tensor4d out = ps_roi_pool_forward(
-      {1.0, 1, 1}, x, rois({{1, 4, 3, 1, 1}, {0, nan, 0, 3, 3}, {0, -inf, -inf, inf, inf}, {1, 0, 0, inf, 2}}));
+      {1.0, 1, 1, true}, x, rois({{1, 4, 3, 1, 1}, {0, nan, 0, 3, 3}, {0, -inf, -inf, inf, inf}, {1, 0, 0, inf, 2}}));
   EXPECT_NEAR(out(0, 0, 0, 0), mean_of_linear(1, 0, {3, 4}, {4, 5}), 1e-12);  // x2 < x1: one pixel wide and high
   EXPECT_EQ(out(1, 0, 0, 0), 0.0);                                            // NaN: pools nothing
   EXPECT_NEAR(out(2, 0, 0, 0), mean_of_linear(0, 0, {0, 5}, {0, 6}), 1e-12);  // clamped to +-2^30, clipped
@@ -104,11 +131,28 @@ TEST(PsRoiAlignReference, LinearMapGivesValueAtBinCenterOfItsChannel) {
   }
 }
 
-TEST(PsRoiAlignReference, EmptyBinsAndNaNGiveZeroNotNaN) {
+TEST(PsRoiAlignReference, DefaultEmptyBinsAreNaN) {
+  // An adaptive grid over a zero-size roi, or one with an extent in (-1, 0], has 0 samples: 0 / 0. Extents of
+  // at most -1 give a negative ceil (a nonzero count, no samples): 0. NaN coordinates: 0.
   Tensor4d x(1, 4, 5, 5);
   x.setConstant(1.0);
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const Tensor4d out = ps_roi_align_forward({1.0, 2, 2, 0}, x, rois({{0, 3, 3, 1, 1}, {0, nan, 1, 3, 3}, {0, 2, 2, 2, 2}}));
+  const Tensor4d out = ps_roi_align_forward(
+      {1.0, 2, 2, 0}, x, rois({{0, 2, 2, 2, 2}, {0, 3, 1, 2.5, 4}, {0, 3, 3, 1, 1}, {0, nan, 1, 3, 3}}));
+  for (Eigen::Index i = 0; i < 2; ++i)
+    for (Eigen::Index j = 0; j < 2; ++j) {
+      EXPECT_TRUE(std::isnan(out(0, 0, i, j)));
+      EXPECT_TRUE(std::isnan(out(1, 0, i, j)));
+      EXPECT_EQ(out(2, 0, i, j), 0.0);
+      EXPECT_EQ(out(3, 0, i, j), 0.0);
+    }
+}
+
+TEST(PsRoiAlignReference, ZeroEmptyBinsGiveZeroNotNaN) {
+  Tensor4d x(1, 4, 5, 5);
+  x.setConstant(1.0);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor4d out = ps_roi_align_forward({1.0, 2, 2, 0, true}, x, rois({{0, 3, 3, 1, 1}, {0, nan, 1, 3, 3}, {0, 2, 2, 2, 2}}));
   for (Eigen::Index k = 0; k < 3; ++k)
     for (Eigen::Index i = 0; i < 2; ++i)
       for (Eigen::Index j = 0; j < 2; ++j) EXPECT_EQ(out(k, 0, i, j), 0.0) << "roi " << k;
@@ -146,8 +190,11 @@ void expect_adjoint(const Params& p, Fwd&& fwd, Bwd&& bwd) {
 TEST(PsRoiReference, BackwardsAreTheAdjointsOfForwards) {
   expect_adjoint(PsRoiAlignParams{0.75, 3, 2, 0}, ps_roi_align_forward, ps_roi_align_backward);
   expect_adjoint(PsRoiAlignParams{0.75, 2, 3, 2}, ps_roi_align_forward, ps_roi_align_backward);
-  expect_adjoint(PsRoiPoolParams{0.75, 3, 2}, ps_roi_pool_forward, ps_roi_pool_backward);
-  expect_adjoint(PsRoiPoolParams{1.0, 2, 3}, ps_roi_pool_forward, ps_roi_pool_backward);
+  expect_adjoint(PsRoiPoolParams{0.75, 3, 2, true}, ps_roi_pool_forward, ps_roi_pool_backward);
+  expect_adjoint(PsRoiPoolParams{1.0, 2, 3, true}, ps_roi_pool_forward, ps_roi_pool_backward);
+  // Without exact_bins the backward is the adjoint of the gradient target (the forward with the map clip).
+  expect_adjoint(PsRoiPoolParams{0.75, 3, 2}, ps_roi_pool_gradient_target, ps_roi_pool_backward);
+  expect_adjoint(PsRoiPoolParams{1.0, 2, 3}, ps_roi_pool_gradient_target, ps_roi_pool_backward);
 }
 
 TEST(PsRoiReference, RejectsBadBatchIndexAndChannelCount) {

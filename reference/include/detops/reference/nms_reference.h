@@ -17,15 +17,25 @@ struct NmsBoxes {
   std::int64_t size() const { return static_cast<std::int64_t>(scores.size()); }
 };
 
-// IoU of boxes a and b of `in` from the definition: 0 unless the intersection has positive width and
-// height and the union is a positive number; 0 across classes.
+// IoU of boxes a and b of `in` from the definition (torchvision's formula): the overlap extents clamped at
+// 0 (NaN counts as 0), then intersection / (area_a + area_b - intersection) as it is, so +-0 for pairs
+// that do not overlap, NaN for a NaN coordinate or a 0 / 0; NaN across classes (never compared: no threshold,
+// not even a negative one, is exceeded).
 double nms_reference_iou(const NmsBoxes& in, std::int64_t a, std::int64_t b);
+
+// The precision the implementation under test holds the IoU in before comparing it, exactly, with the
+// double threshold: double for fp64 boxes, float for fp32, fp16 and bf16 boxes. The reference computes
+// the IoU in double and, for kFloat, rounds it to float first, so an IoU of exactly 1/5 (0.2f, above the
+// double 0.2) exceeds a threshold of 0.2 there, as in torchvision's CPU kernel.
+enum class NmsIouPrecision { kDouble, kFloat };
 
 // The ranking: decreasing score, NaN first, equal scores in index order.
 std::vector<std::int64_t> nms_reference_ranking(const NmsBoxes& in);
 
-// Greedy NMS: walk the ranking; a box is kept when no box kept before it has IoU > threshold with it.
-std::vector<std::int64_t> nms_reference(const NmsBoxes& in, double iou_threshold);
+// Greedy NMS: walk the ranking; a box is kept when no box kept before it has IoU > threshold with it (the
+// IoU held in `precision`).
+std::vector<std::int64_t> nms_reference(const NmsBoxes& in, double iou_threshold,
+                                        NmsIouPrecision precision = NmsIouPrecision::kDouble);
 
 // Whether `keep` is a valid NMS result for `in`, judging IoUs near the threshold with tolerance `tol`:
 // - every entry is a distinct index in [0, N), and scores never increase along `keep` (NaN first);

@@ -13,12 +13,18 @@ namespace detops::reference {
 Tensor4d ps_roi_align_forward(const PsRoiAlignParams& params, const Tensor4d& input, const Matrixd& rois);
 Tensor4d ps_roi_pool_forward(const PsRoiPoolParams& params, const Tensor4d& input, const Matrixd& rois);
 
-// The exact adjoints of the forwards (which are linear in input): grad_output [K, C_out, ph, pw] ->
-// grad_input of shape input_shape.
+// The backwards: grad_output [K, C_out, ph, pw] -> grad_input of shape input_shape. Each is the exact
+// adjoint of a linear map: the forward, except for ps_roi_pool without exact_bins, whose backward (as
+// torchvision's) is the adjoint of ps_roi_pool_gradient_target.
 Tensor4d ps_roi_align_backward(const PsRoiAlignParams& params, const Tensor4d& grad_output, const Matrixd& rois,
                                const std::array<Eigen::Index, 4>& input_shape);
 Tensor4d ps_roi_pool_backward(const PsRoiPoolParams& params, const Tensor4d& grad_output, const Matrixd& rois,
                               const std::array<Eigen::Index, 4>& input_shape);
+
+// ps_roi_pool's forward with the backward's bins: with exact_bins the forward itself; without, torchvision's
+// bins clipped to [0, H) x [0, W) instead of the forward's [0, H-1) x [0, W-1). Its gradient is
+// ps_roi_pool_backward.
+Tensor4d ps_roi_pool_gradient_target(const PsRoiPoolParams& params, const Tensor4d& input, const Matrixd& rois);
 
 // The forwards' second output: [K, C_in / (ph * pw), ph, pw], element (k, c, i, j) = (c * ph + i) * pw + j,
 // the input channel that element reads.

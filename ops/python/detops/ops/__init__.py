@@ -1,0 +1,35 @@
+"""``torchvision.ops`` with DetOps kernels: the same functions and modules, names, signatures and defaults.
+
+Implemented here: roi_align, roi_pool, ps_roi_align, ps_roi_pool, nms, batched_nms, box_iou,
+generalized_box_iou, distance_box_iou, complete_box_iou, generalized_box_iou_loss, distance_box_iou_loss,
+complete_box_iou_loss, sigmoid_focal_loss, and the modules RoIAlign, RoIPool, PSRoIAlign, PSRoIPool; beyond
+torchvision: prroi_pool / PrRoIPool and sigmoid_focal_loss_mmcv (mmcv's forms). Any other name
+(box_convert, MultiScaleRoIAlign, ...) is torchvision.ops' own, when torchvision is installed, so that
+``from detops import ops`` can replace ``from torchvision import ops``.
+"""
+from ._boxes import (box_iou, complete_box_iou, complete_box_iou_loss, distance_box_iou, distance_box_iou_loss,
+                     generalized_box_iou, generalized_box_iou_loss)
+from ._losses import sigmoid_focal_loss, sigmoid_focal_loss_mmcv
+from ._nms import batched_nms, nms
+from ._roi import (PrRoIPool, PSRoIAlign, PSRoIPool, RoIAlign, RoIPool, prroi_pool, ps_roi_align, ps_roi_pool,
+                   roi_align, roi_pool)
+
+__all__ = [
+    "roi_align", "RoIAlign", "roi_pool", "RoIPool", "ps_roi_align", "PSRoIAlign", "ps_roi_pool", "PSRoIPool",
+    "prroi_pool", "PrRoIPool", "nms", "batched_nms", "box_iou", "generalized_box_iou", "distance_box_iou",
+    "complete_box_iou", "generalized_box_iou_loss", "distance_box_iou_loss", "complete_box_iou_loss",
+    "sigmoid_focal_loss", "sigmoid_focal_loss_mmcv",
+]
+
+
+def __getattr__(name):
+    # torchvision.ops' other names (utilities and modules DetOps has no kernel for), looked up lazily.
+    try:
+        import torchvision.ops
+    except ImportError:
+        raise AttributeError(f"module 'detops.ops' has no attribute '{name}' (and torchvision, which would "
+                             "provide it, is not installed)") from None
+    try:
+        return getattr(torchvision.ops, name)
+    except AttributeError:
+        raise AttributeError(f"module 'detops.ops' has no attribute '{name}' (nor has torchvision.ops)") from None

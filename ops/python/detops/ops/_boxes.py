@@ -1,0 +1,102 @@
+"""Pairwise box IoUs and the IoU losses (torchvision.ops) over torch.ops.detops.*."""
+import torch
+from torch import Tensor
+
+
+def _to_xyxy(boxes: Tensor, fmt: str) -> Tensor:
+    if fmt == "xyxy":
+        return boxes
+    a, b = boxes[..., :2], boxes[..., 2:]
+    if fmt == "xywh":
+        return torch.cat([a, a + b], dim=-1)
+    return torch.cat([a - b / 2, a + b / 2], dim=-1)  # cxcywh
+
+
+def box_iou(boxes1: Tensor, boxes2: Tensor, fmt: str = "xyxy") -> Tensor:
+    """Intersection over union of every pair of boxes.
+
+    Args:
+        boxes1 (Tensor[..., N, 4]): first set of boxes.
+        boxes2 (Tensor[..., M, 4]): second set of boxes.
+        fmt (str): "xyxy" (corners), "xywh" (corner, width, height) or "cxcywh" (centre, width, height).
+            Default: "xyxy". The other formats are converted to corners first.
+
+    Returns:
+        Tensor[..., N, M]: IoU of boxes1[..., n] with boxes2[..., m].
+    """
+    if fmt not in ("xyxy", "xywh", "cxcywh"):
+        raise ValueError(f"Unsupported Box IoU Calculation for given format {fmt}.")
+    return torch.ops.detops.box_iou(_to_xyxy(boxes1, fmt), _to_xyxy(boxes2, fmt))
+
+
+def generalized_box_iou(boxes1: Tensor, boxes2: Tensor) -> Tensor:
+    """Generalized IoU of every pair of (x1, y1, x2, y2) boxes: IoU - (C - U) / C, C the area of the
+    smallest box enclosing both, U their union.
+
+    Args:
+        boxes1 (Tensor[..., N, 4]): first set of boxes.
+        boxes2 (Tensor[..., M, 4]): second set of boxes.
+
+    Returns:
+        Tensor[..., N, M]
+    """
+    return torch.ops.detops.generalized_box_iou(boxes1, boxes2)
+
+
+def distance_box_iou(boxes1: Tensor, boxes2: Tensor, eps: float = 1e-7) -> Tensor:
+    """Distance IoU of every pair of (x1, y1, x2, y2) boxes: IoU - d^2 / (c^2 + eps), d the distance of the
+    centres, c the diagonal of the enclosing box.
+
+    Args:
+        boxes1 (Tensor[..., N, 4]): first set of boxes.
+        boxes2 (Tensor[..., M, 4]): second set of boxes.
+        eps (float): added to the squared diagonal (and CIoU's denominator). Default: 1e-7
+
+    Returns:
+        Tensor[..., N, M]
+    """
+    return torch.ops.detops.distance_box_iou(boxes1, boxes2, eps)
+
+
+def complete_box_iou(boxes1: Tensor, boxes2: Tensor, eps: float = 1e-7) -> Tensor:
+    """Complete IoU of every pair of (x1, y1, x2, y2) boxes: distance IoU minus the aspect-ratio term
+    alpha * v.
+
+    Args:
+        boxes1 (Tensor[..., N, 4]): first set of boxes.
+        boxes2 (Tensor[..., M, 4]): second set of boxes.
+        eps (float): added to the squared diagonal (and CIoU's denominator). Default: 1e-7
+
+    Returns:
+        Tensor[..., N, M]
+    """
+    return torch.ops.detops.complete_box_iou(boxes1, boxes2, eps)
+
+
+_LOSS_DOC = """
+    Args:
+        boxes1 (Tensor[..., 4]): predicted boxes (x1, y1, x2, y2).
+        boxes2 (Tensor[..., 4]): target boxes, the same shape.
+        reduction (str): "none" (one loss per pair), "mean" or "sum". Default: "none"
+        eps (float): added to the denominators that can be 0. Default: 1e-7
+
+    Returns:
+        Tensor: the losses, boxes1.shape[:-1] for "none", else a 0-d tensor.
+    """
+
+
+def generalized_box_iou_loss(boxes1: Tensor, boxes2: Tensor, reduction: str = "none", eps: float = 1e-7) -> Tensor:
+    return torch.ops.detops.generalized_box_iou_loss(boxes1, boxes2, reduction, eps)
+
+
+def distance_box_iou_loss(boxes1: Tensor, boxes2: Tensor, reduction: str = "none", eps: float = 1e-7) -> Tensor:
+    return torch.ops.detops.distance_box_iou_loss(boxes1, boxes2, reduction, eps)
+
+
+def complete_box_iou_loss(boxes1: Tensor, boxes2: Tensor, reduction: str = "none", eps: float = 1e-7) -> Tensor:
+    return torch.ops.detops.complete_box_iou_loss(boxes1, boxes2, reduction, eps)
+
+
+generalized_box_iou_loss.__doc__ = "Generalized IoU loss, 1 - GIoU, of each pair of boxes.\n" + _LOSS_DOC
+distance_box_iou_loss.__doc__ = "Distance IoU loss, 1 - DIoU, of each pair of boxes.\n" + _LOSS_DOC
+complete_box_iou_loss.__doc__ = "Complete IoU loss, 1 - CIoU, of each pair of boxes.\n" + _LOSS_DOC

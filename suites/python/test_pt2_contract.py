@@ -1,0 +1,330 @@
+"""PyTorch 2's contract for custom ops, for every op in torch.ops.detops, on the CPU and (when present) CUDA:
+
+- torch.library.opcheck with each of its four utilities (test_schema, test_autograd_registration,
+  test_faketensor, test_aot_dispatch_dynamic), in fp32 and fp64 and in fp16/bf16 (every op supports
+  them), forward and backward ops alike;
+- torch.compile(fullgraph=True) of each public op's forward, and of forward + backward where the op has
+  differentiable inputs, against eager;
+- torch.export of a small module calling the op, run against eager.
+
+The samples below are per op. test_every_op_has_samples fails for an op registered in torch.ops.detops (as
+every op defined through the op kit is) that has none, so a new op cannot skip the contract.
+"""
+import pytest
+import torch
+
+from conftest import devices
+
+DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+UTILITIES = ["test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"]
+
+
+def _op(name):
+    return getattr(torch.ops.detops, name).default
+
+
+# ---------------------------------------------------------------------------------------------------
+# Inputs that look like a detector's: regions of several sizes, some crossing the map's border, two
+# images; boxes with distinct scores.
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _feature(n, c, h, w, dtype, device, seed=1, grad=False):
+    x = torch.randn(n, c, h, w, generator=_gen(seed), dtype=torch.float64).to(dtype=dtype, device=device)
+    return x.requires_grad_(grad)
+
+
+def _rois(k, n, h, w, scale, dtype, device, seed=2, grad=False):
+    g = _gen(seed)
+    img_h, img_w = h / scale, w / scale
+    u = torch.rand(k, 4, generator=g, dtype=torch.float64)
+    x1, y1 = u[:, 0] * img_w * 0.9 - 0.1 * img_w, u[:, 1] * img_h * 0.9 - 0.1 * img_h  # some start off the map
+    x2, y2 = x1 + 1 + u[:, 2] * img_w * 0.6, y1 + 1 + u[:, 3] * img_h * 0.6  # some end past it
+    b = torch.arange(k, dtype=torch.float64) % n
+    rois = torch.stack([b, x1, y1, x2, y2], 1).to(dtype=dtype, device=device)
+    return rois.requires_grad_(grad)
+
+
+def _boxes(n, dtype, device, seed=3, grad=False):
+    g = _gen(seed)
+    xy = torch.rand(n, 2, generator=g, dtype=torch.float64) * 50
+    wh = 1 + torch.rand(n, 2, generator=g, dtype=torch.float64) * 30
+    return torch.cat([xy, xy + wh], 1).to(dtype=dtype, device=device).requires_grad_(grad)
+
+
+def _scores(n, dtype, device, seed=4):
+    return (torch.randperm(n, generator=_gen(seed)).to(torch.float64) / n).to(dtype=dtype, device=device)
+
+
+N, C, H, W, K, SCALE = 2, 8, 12, 14, 6, 0.5
+
+
+def _roi_align(dtype, device, grad=True):
+    x = _feature(N, C, H, W, dtype, device, grad=grad)
+    rois = _rois(K, N, H, W, SCALE, dtype, device)
+    return [((x, rois, SCALE, 3, 3, 2, True), {}), ((x, rois, SCALE, 2, 3, -1, False), {})]
+
+
+def _roi_align_backward(dtype, device):
+    rois = _rois(K, N, H, W, SCALE, dtype, device)
+    grad = torch.randn(K, C, 3, 3, generator=_gen(5), dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((grad, rois, SCALE, 3, 3, N, C, H, W, 2, True), {}), ((grad, rois, SCALE, 3, 3, N, C, H, W, -1, False), {})]
+
+
+def _roi_pool(dtype, device, grad=True):
+    x = _feature(N, C, H, W, dtype, device, grad=grad)
+    return [((x, _rois(K, N, H, W, SCALE, dtype, device), SCALE, 3, 3), {})]
+
+
+def _roi_pool_backward(dtype, device):
+    (args, _), = _roi_pool(dtype, device, grad=False)
+    _, argmax = torch.ops.detops.roi_pool(*args)
+    grad = torch.randn(K, C, 3, 3, generator=_gen(5), dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((grad, args[1], argmax, SCALE, 3, 3, N, C, H, W), {})]
+
+
+def _ps_roi_align(dtype, device, grad=True):
+    x = _feature(N, C, H, W, dtype, device, grad=grad)
+    return [((x, _rois(K, N, H, W, SCALE, dtype, device), SCALE, 2, 2, 2), {}),
+            ((x, _rois(K, N, H, W, SCALE, dtype, device), SCALE, 2, 2, -1, True), {})]
+
+
+def _ps_roi_align_backward(dtype, device):
+    (args, _), _ = _ps_roi_align(dtype, device, grad=False)
+    _, mapping = torch.ops.detops.ps_roi_align(*args)
+    grad = torch.randn(K, C // 4, 2, 2, generator=_gen(5), dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((grad, args[1], mapping, SCALE, 2, 2, 2, N, C, H, W), {})]
+
+
+def _ps_roi_pool(dtype, device, grad=True):
+    x = _feature(N, C, H, W, dtype, device, grad=grad)
+    rois = _rois(K, N, H, W, SCALE, dtype, device)
+    return [((x, rois, SCALE, 2, 2), {}), ((x, rois, SCALE, 2, 2, True), {})]
+
+
+def _ps_roi_pool_backward(dtype, device):
+    (args, _), _ = _ps_roi_pool(dtype, device, grad=False)
+    _, mapping = torch.ops.detops.ps_roi_pool(*args)
+    grad = torch.randn(K, C // 4, 2, 2, generator=_gen(5), dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((grad, args[1], mapping, SCALE, 2, 2, N, C, H, W), {}),
+            ((grad, args[1], mapping, SCALE, 2, 2, N, C, H, W, True), {})]
+
+
+def _prroi_pool(dtype, device, grad=True):
+    x = _feature(N, C, H, W, dtype, device, grad=grad)
+    return [((x, _rois(K, N, H, W, SCALE, dtype, device, grad=grad), SCALE, 3, 3), {})]
+
+
+def _prroi_pool_backward(dtype, device):
+    grad = torch.randn(K, C, 3, 3, generator=_gen(5), dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((grad, _rois(K, N, H, W, SCALE, dtype, device), SCALE, 3, 3, N, C, H, W), {})]
+
+
+def _prroi_pool_rois_backward(dtype, device):
+    grad = torch.randn(K, C, 3, 3, generator=_gen(5), dtype=torch.float64).to(dtype=dtype, device=device)
+    x = _feature(N, C, H, W, dtype, device)
+    return [((grad, x, _rois(K, N, H, W, SCALE, dtype, device), SCALE, 3, 3), {})]
+
+
+def _nms(dtype, device, grad=False):
+    return [((_boxes(40, dtype, device), _scores(40, dtype, device), 0.5), {})]
+
+
+def _batched_nms(dtype, device, grad=False):
+    idxs = (torch.arange(40) % 3).to(device)
+    return [((_boxes(40, dtype, device), _scores(40, dtype, device), idxs, 0.5), {})]
+
+
+def _pairwise(eps):
+    def build(dtype, device, grad=False):
+        args = (_boxes(7, dtype, device, seed=3), _boxes(5, dtype, device, seed=6))
+        return [(args + ((1e-7,) if eps else ()), {})]
+    return build
+
+
+def _loss(dtype, device, grad=True):
+    b1, b2 = _boxes(9, dtype, device, seed=3, grad=grad), _boxes(9, dtype, device, seed=6, grad=grad)
+    return [((b1, b2, r, 1e-7), {}) for r in ("none", "mean", "sum")]
+
+
+def _loss_backward(dtype, device):
+    b1, b2 = _boxes(9, dtype, device, seed=3), _boxes(9, dtype, device, seed=6)
+    loss_dtype = torch.ops.detops.iou_loss(b1[:1], b2[:1]).dtype  # float32 for half-precision boxes
+    g_none = torch.rand(9, generator=_gen(5), dtype=torch.float64).to(dtype=loss_dtype, device=device)
+    g_sum = torch.tensor(0.5, dtype=loss_dtype, device=device)
+    return [((g_none, b1, b2, v, "none", 1e-7), {}) for v in ("iou", "giou", "diou", "ciou")] + \
+           [((g_sum, b1, b2, "ciou", "sum", 1e-7), {})]
+
+
+def _logits(shape, dtype, device, grad):
+    x = (torch.randn(*shape, generator=_gen(7), dtype=torch.float64) * 3 - 2).to(dtype=dtype, device=device)
+    return x.requires_grad_(grad)
+
+
+def _focal(dtype, device, grad=True):
+    x = _logits((6, 5), dtype, device, grad)
+    t = (torch.rand(6, 5, generator=_gen(8)) < 0.3).to(dtype=dtype, device=device)
+    return [((x, t, 0.25, 2.0, r), {}) for r in ("none", "mean", "sum")] + [((x, t, -1.0, 1.5, "none"), {})]
+
+
+def _focal_backward(dtype, device):
+    x = _logits((6, 5), dtype, device, False)
+    t = (torch.rand(6, 5, generator=_gen(8)) < 0.3).to(dtype=dtype, device=device)
+    g = torch.rand(6, 5, generator=_gen(9), dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((g, x, t, 0.25, 2.0, "none"), {}), ((torch.tensor(1.0, dtype=dtype, device=device), x, t, 0.25, 2.0, "mean"), {})]
+
+
+def _focal_mmcv(dtype, device, grad=True):
+    x = _logits((6, 5), dtype, device, grad)
+    target = torch.tensor([0, 4, 5, 2, 5, 1], device=device)
+    w = torch.linspace(0.5, 1.5, 5, dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((x, target, 2.0, 0.25, w, "mean"), {}), ((x, target, 2.0, 0.25, None, "none"), {})]
+
+
+def _focal_mmcv_backward(dtype, device):
+    x = _logits((6, 5), dtype, device, False)
+    target = torch.tensor([0, 4, 5, 2, 5, 1], device=device)
+    g = torch.rand(6, 5, generator=_gen(9), dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((g, x, target, 2.0, 0.25, None, "none"), {})]
+
+
+# op name -> builder(dtype, device) -> [(args, kwargs), ...]. Forward ops take grad=: whether the
+# differentiable tensors require grad.
+FORWARD = {
+    "roi_align": _roi_align, "roi_pool": _roi_pool, "ps_roi_align": _ps_roi_align, "ps_roi_pool": _ps_roi_pool,
+    "prroi_pool": _prroi_pool, "nms": _nms, "batched_nms": _batched_nms,
+    "box_iou": _pairwise(False), "generalized_box_iou": _pairwise(False),
+    "distance_box_iou": _pairwise(True), "complete_box_iou": _pairwise(True),
+    "iou_loss": _loss, "generalized_box_iou_loss": _loss, "distance_box_iou_loss": _loss,
+    "complete_box_iou_loss": _loss, "sigmoid_focal_loss": _focal, "sigmoid_focal_loss_mmcv": _focal_mmcv,
+}
+BACKWARD = {
+    "_roi_align_backward": _roi_align_backward, "_roi_pool_backward": _roi_pool_backward,
+    "_ps_roi_align_backward": _ps_roi_align_backward, "_ps_roi_pool_backward": _ps_roi_pool_backward,
+    "_prroi_pool_backward": _prroi_pool_backward, "_prroi_pool_rois_backward": _prroi_pool_rois_backward,
+    "_box_iou_loss_backward": _loss_backward, "_sigmoid_focal_loss_backward": _focal_backward,
+    "_sigmoid_focal_loss_mmcv_backward": _focal_mmcv_backward,
+}
+SAMPLES = {**FORWARD, **BACKWARD}
+
+
+def registered_ops():
+    names = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith("detops::")]
+    return sorted({n.split("::", 1)[1].split(".", 1)[0] for n in names})
+
+
+def test_every_op_has_samples():
+    ops = registered_ops()
+    assert "roi_align" in ops, f"torch.ops.detops looks unloaded: {ops}"
+    missing = [op for op in ops if op not in SAMPLES]
+    assert not missing, (f"ops registered in torch.ops.detops without PT2-contract samples: {missing}; add them "
+                         "to FORWARD or BACKWARD in suites/python/test_pt2_contract.py")
+    stale = [op for op in SAMPLES if op not in ops]
+    assert not stale, f"samples for ops the library does not register: {stale}"
+
+
+def _device_params():
+    return [pytest.param(d, id=d) for d in devices()]
+
+
+@pytest.mark.parametrize("utility", UTILITIES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("device", _device_params())
+@pytest.mark.parametrize("op", sorted(SAMPLES))
+def test_opcheck(op, device, dtype, utility):
+    build = SAMPLES[op]
+    samples = build(dtype, device)
+    for args, kwargs in samples:
+        torch.library.opcheck(_op(op), args, kwargs, test_utils=utility)
+
+
+def _flat_tensors(out):
+    return [t for t in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(t, torch.Tensor)]
+
+
+def _assert_same(actual, expected, what):
+    for a, e in zip(_flat_tensors(actual), _flat_tensors(expected), strict=True):
+        if a.dtype.is_floating_point:
+            torch.testing.assert_close(a, e, msg=lambda m: f"{what}: {m}")
+        else:
+            assert torch.equal(a.cpu(), e.cpu()), f"{what}: {a} != {e}"
+
+
+def _fresh(args, grad):
+    """A copy of the sample's tensors: leaves again (requires_grad as in the sample when grad)."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a.detach().clone().requires_grad_(grad and a.requires_grad))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+PUBLIC = sorted(FORWARD)
+
+
+@pytest.fixture(autouse=True)
+def _reset_dynamo():
+    torch._dynamo.reset()
+    yield
+
+
+@pytest.mark.parametrize("device", _device_params())
+@pytest.mark.parametrize("op", PUBLIC)
+def test_compile_forward(op, device):
+    fn = _op(op)
+    for args, kwargs in FORWARD[op](torch.float32, device, grad=False):
+        compiled = torch.compile(lambda *a: fn(*a, **kwargs), fullgraph=True)
+        _assert_same(compiled(*args), fn(*args, **kwargs), f"{op} compiled forward")
+
+
+@pytest.mark.parametrize("device", _device_params())
+@pytest.mark.parametrize("op", PUBLIC)
+def test_compile_forward_backward(op, device):
+    fn = _op(op)
+    samples = FORWARD[op](torch.float32, device, grad=True)
+    if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in samples[0][0]):
+        pytest.skip(f"{op} has no differentiable inputs (forward only)")
+
+    def loss(*a):
+        out = fn(*a)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        return (out.float() * torch.linspace(0.5, 1.5, out.numel(), device=out.device).view(out.shape)).sum()
+
+    for args, _ in samples:
+        compiled = torch.compile(loss, fullgraph=True)
+        eager_args, compiled_args = _fresh(args, True), _fresh(args, True)
+        loss(*eager_args).backward()
+        compiled(*compiled_args).backward()
+        for e, c in zip(eager_args, compiled_args):
+            if isinstance(e, torch.Tensor) and e.requires_grad:
+                torch.testing.assert_close(c.grad, e.grad, msg=lambda m: f"{op} compiled backward: {m}")
+
+
+class _Call(torch.nn.Module):
+    def __init__(self, op, scalars):
+        super().__init__()
+        self.op, self.scalars = op, scalars
+
+    def forward(self, *tensors):
+        it = iter(tensors)
+        return self.op(*[next(it) if s is _TENSOR else s for s in self.scalars])
+
+
+_TENSOR = object()
+
+
+@pytest.mark.parametrize("device", _device_params())
+@pytest.mark.parametrize("op", PUBLIC)
+def test_export(op, device):
+    fn = _op(op)
+    for args, _ in FORWARD[op](torch.float32, device, grad=False):
+        tensors = tuple(a for a in args if isinstance(a, torch.Tensor))
+        module = _Call(fn, [_TENSOR if isinstance(a, torch.Tensor) else a for a in args])
+        exported = torch.export.export(module, tensors)
+        assert any(node.target == fn for node in exported.graph.nodes if node.op == "call_function"), \
+            f"{op}: the exported graph does not call torch.ops.detops.{op}"
+        _assert_same(exported.module()(*tensors), fn(*args), f"{op} exported")
