@@ -43,14 +43,6 @@ inline void check_input_4d(const char* op, const at::Tensor& input) {
   TORCH_CHECK(input.dim() == 4, op, ": input must be a 4-D tensor [N, C, H, W]; got shape ", shape_string(input.sizes()));
 }
 
-// A dtype the kernels have: NotImplementedError otherwise (torchvision's dispatch error type).
-inline DType roi_dtype_of(const at::Tensor& t, const char* op, const char* arg) {
-  const at::ScalarType s = t.scalar_type();
-  TORCH_CHECK_NOT_IMPLEMENTED(s == at::kDouble || s == at::kFloat || s == at::kHalf || s == at::kBFloat16, op, ": ",
-                              arg, " must be float64, float32, float16 or bfloat16; got ", s);
-  return floating_dtype_of(t, op, arg);
-}
-
 // Batch indices of CPU rois are checked before the op runs; CUDA rois are checked by the kernel itself
 // (see FirstInvalidRow and raise_if_invalid_roi), so no extra kernel or early sync is needed.
 inline void check_roi_batch_indices_cpu(const char* op, const at::Tensor& rois_c, std::int64_t batch) {
@@ -116,7 +108,7 @@ template <typename CheckParams>
 DType check_roi_forward(const char* op, const at::Tensor& input, const at::Tensor& rois, CheckParams&& check_params) {
   check_input_4d(op, input);
   check_rois(op, rois, "input", &input);
-  const DType dtype = roi_dtype_of(input, op, "input");
+  const DType dtype = floating_dtype_or_not_implemented(input, op, "input");
   check_params();
   return dtype;
 }
@@ -127,7 +119,7 @@ template <typename BeforeParams, typename CheckParams>
 DType check_roi_backward(const char* op, const at::Tensor& grad, const at::Tensor& rois, const opkit::Shape& input_shape,
                          BeforeParams&& before_params, CheckParams&& check_params) {
   check_rois(op, rois, "grad", &grad);
-  const DType dtype = roi_dtype_of(grad, op, "grad");
+  const DType dtype = floating_dtype_or_not_implemented(grad, op, "grad");
   before_params();
   check_params();
   for (std::int64_t d : input_shape) {

@@ -37,6 +37,15 @@ inline DType floating_dtype_of(const at::Tensor& t, const char* op, const char* 
   }
 }
 
+// The same check with the exception type of torchvision's kernels (their dtype dispatch raises
+// NotImplementedError), for ops whose errors follow torchvision's.
+inline DType floating_dtype_or_not_implemented(const at::Tensor& t, const char* op, const char* arg) {
+  const at::ScalarType s = t.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(s == at::kDouble || s == at::kFloat || s == at::kHalf || s == at::kBFloat16, op, ": ",
+                              arg, " must be float64, float32, float16 or bfloat16; got ", s);
+  return floating_dtype_of(t, op, arg);
+}
+
 inline at::ScalarType accumulation_scalar_type(at::ScalarType t) {
   return t == at::kDouble ? at::kDouble : at::kFloat;
 }

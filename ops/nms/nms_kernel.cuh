@@ -34,23 +34,13 @@ DETOPS_HD Acc nms_min(Acc a, Acc b) { return a < b ? a : b; }
 template <typename Acc>
 DETOPS_HD Acc nms_max(Acc a, Acc b) { return a > b ? a : b; }
 
-// IoU of two boxes as torchvision's kernels compute it: the overlap extents are clamped at 0 (a NaN extent
-// counts as 0), and the quotient is taken as it is: inter / (area_a + area_b - inter). So boxes that are
-// disjoint, touching, inverted (x1 > x2 or y1 > y2) or of zero extent give +-0 (NaN when the union is also
-// 0), and a NaN coordinate gives NaN. None of these exceeds a threshold >= 0, so such a box never suppresses
-// and is never suppressed there; below 0 a +-0 does exceed the threshold and a NaN never does, as in
-// torchvision.
-template <typename Acc>
-DETOPS_HD Acc nms_iou(const NmsBox<Acc>& a, const NmsBox<Acc>& b) {
-  const Acc w = nms_min(a.x2, b.x2) - nms_max(a.x1, b.x1);
-  const Acc h = nms_min(a.y2, b.y2) - nms_max(a.y1, b.y1);
-  const Acc inter = (w > Acc(0) ? w : Acc(0)) * (h > Acc(0) ? h : Acc(0));
-  return inter / (a.area + b.area - inter);
-}
-
-// nms_iou(a, b) > threshold, without the division for the pairs that do not overlap (most pairs): their
-// intersection is 0, so their IoU is +-0 (exceeding only a negative threshold) or NaN (union 0 or NaN,
-// exceeding nothing). The same decision as the quotient for every input.
+// Whether box a suppresses box b: their IoU, as torchvision's kernels compute it, exceeds the threshold.
+// The IoU is inter / (area_a + area_b - inter) with the overlap extents clamped at 0 (a NaN extent counts
+// as 0), taken as it is: boxes that are disjoint, touching, inverted (x1 > x2 or y1 > y2) or of zero extent
+// give +-0 (NaN when the union is also 0), and a NaN coordinate gives NaN. None of these exceeds a threshold
+// >= 0, so such a box never suppresses and is never suppressed there; below 0 a +-0 does exceed the
+// threshold and a NaN never does, as in torchvision. The pairs that do not overlap (most pairs) are decided
+// without the division, with the same result.
 template <typename Acc>
 DETOPS_HD bool nms_suppresses(const NmsBox<Acc>& a, const NmsBox<Acc>& b, Acc threshold) {
   const Acc w = nms_min(a.x2, b.x2) - nms_max(a.x1, b.x1);

@@ -32,8 +32,7 @@ void check_inputs(const char* op, const at::Tensor& boxes, const at::Tensor& sco
   TORCH_CHECK(scores.dim() == 1 && scores.size(0) == boxes.size(0), op,
               ": scores must be a 1-D tensor [N] with one score per box (N = ", boxes.size(0), "); got shape ",
               shape_string(scores.sizes()));
-  TORCH_CHECK_NOT_IMPLEMENTED(is_floating_dtype(boxes.scalar_type()), op,
-                              ": boxes must be float64, float32, float16 or bfloat16; got ", boxes.scalar_type());
+  floating_dtype_or_not_implemented(boxes, op, "boxes");
   TORCH_CHECK(is_floating_dtype(scores.scalar_type()), op,
               ": scores must be float64, float32, float16 or bfloat16; got ", scores.scalar_type());
   check_same_device(op, "boxes", boxes, "scores", scores);

@@ -40,12 +40,11 @@ void check_class_index(std::int64_t row, std::int64_t value, std::int64_t classe
 // (NotImplementedError for integer logits, RuntimeError for integer targets). Returns the loss's dtype:
 // inputs and targets of two floating dtypes are promoted, as torchvision's formula promotes them.
 at::ScalarType check_torchvision_inputs(const at::Tensor& inputs, const at::Tensor& targets) {
-  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(inputs.scalar_type()), kOp,
-                              ": inputs must be float64, float32, float16 or bfloat16; got ", inputs.scalar_type());
+  floating_dtype_or_not_implemented(inputs, kOp, "inputs");
   TORCH_CHECK(at::isFloatingType(targets.scalar_type()), kOp,
               ": targets must be a floating-point tensor (0/1 or soft labels); got ", targets.scalar_type());
+  floating_dtype_of(targets, kOp, "targets");  // then the promoted dtype is one of the kernels' too
   const at::ScalarType dtype = at::promote_types(inputs.scalar_type(), targets.scalar_type());
-  floating_dtype_of(inputs.scalar_type() == dtype ? inputs : targets, kOp, "inputs");
   check_same_device(kOp, "inputs", inputs, "targets", targets);
   TORCH_CHECK_VALUE(targets.sizes() == inputs.sizes(), kOp, ": targets must have the shape of inputs ",
                     shape_string(inputs.sizes()), "; got ", shape_string(targets.sizes()));

@@ -14,8 +14,6 @@ def _rois(boxes: Union[Tensor, List[Tensor]]) -> Tensor:
         for b in boxes:
             torch._assert(b.size(1) == 4, "The shape of the tensor in the boxes list is not correct as List[Tensor[L, 4]]")
         ids = [torch.full_like(b[:, :1], i) for i, b in enumerate(boxes)]
-        if len(boxes) == 1:
-            return torch.cat([ids[0], boxes[0]], dim=1)
         return torch.cat([torch.cat(ids, dim=0), torch.cat(list(boxes), dim=0)], dim=1)
     if isinstance(boxes, torch.Tensor):
         torch._assert(boxes.size(1) == 5, "The boxes tensor shape is not correct as Tensor[K, 5]")
