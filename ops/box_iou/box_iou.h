@@ -22,6 +22,20 @@ struct BoxIouPairwiseArgs {
   std::int64_t batch = 1;
 };
 
+// The pairwise backward: grad [batch, n, m] in the accumulation type at grad[b * grad_strides[0] + i *
+// grad_strides[1] + j * grad_strides[2]] (any strides, 0 included); boxes as BoxIouPairwiseArgs';
+// grad_boxes1 [batch, n, 4] and grad_boxes2 [batch, m, 4] contiguous, in the boxes' dtype: each the sum over
+// the other box tensor's rows of the pairs' gradients, in a fixed order (no atomics).
+struct BoxIouPairwiseBackwardArgs {
+  std::int64_t n = 0, m = 0, batch = 1;
+  const void* grad = nullptr;
+  std::int64_t grad_strides[3] = {0, 0, 0};
+  const void* boxes1 = nullptr;
+  const void* boxes2 = nullptr;
+  void* grad_boxes1 = nullptr;
+  void* grad_boxes2 = nullptr;
+};
+
 // boxes1, boxes2 [n, 4] contiguous, one dtype. loss [n] contiguous, in the accumulation type: the per-pair
 // losses before any reduction (the framework layer sums them for 'mean' and 'sum').
 struct BoxIouLossForwardArgs {
@@ -53,13 +67,15 @@ struct BoxIouLossBackwardArgs {
 // CUDA launchers: validate nothing (the framework layer does), return immediately on empty work, check
 // the launch. Asynchronous on `stream`. Each output element is written by one thread: deterministic.
 Launcher<BoxIouParams, BoxIouPairwiseArgs> launch_box_iou_pairwise;
+Launcher<BoxIouParams, BoxIouPairwiseBackwardArgs> launch_box_iou_pairwise_backward;
 Launcher<BoxIouLossParams, BoxIouLossForwardArgs> launch_box_iou_loss_forward;
 Launcher<BoxIouLossParams, BoxIouLossBackwardArgs> launch_box_iou_loss_backward;
 
 // CPU implementations over the same per-element math. `parallel_for(begin, end, body)` may run body on
-// disjoint sub-ranges concurrently (rows of the pairwise output, pairs of the losses); every output
-// element is written once, so the results do not depend on the split.
+// disjoint sub-ranges concurrently (rows of the pairwise output, the boxes of a pairwise gradient, pairs of
+// the losses); every output element is written once, so the results do not depend on the split.
 CpuEntry<BoxIouParams, BoxIouPairwiseArgs> run_box_iou_pairwise_cpu;
+CpuEntry<BoxIouParams, BoxIouPairwiseBackwardArgs> run_box_iou_pairwise_backward_cpu;
 CpuEntry<BoxIouLossParams, BoxIouLossForwardArgs> run_box_iou_loss_forward_cpu;
 CpuEntry<BoxIouLossParams, BoxIouLossBackwardArgs> run_box_iou_loss_backward_cpu;
 

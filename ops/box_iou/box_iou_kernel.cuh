@@ -2,7 +2,9 @@
 // Per-element box IoU math shared by the CUDA kernels and the CPU implementation: the pairwise values
 // and the element-wise losses with their gradients. Framework-free; compiles under nvcc (host and
 // device) and under a plain C++ compiler. The definition, degenerate boxes included, is in
-// docs/ops/box_iou.md; every quotient num / (den + eps) below is defined as 0 when den <= 0.
+// docs/ops/box_iou.md. Every function takes the degenerate-box mode, `defined`: false gives torchvision's
+// quotients (and, in the gradients, its autograd's) as they are, NaN and +-inf included; true is DetOps' rule,
+// under which a quotient num / (den + eps) is 0 when den <= 0 and a box without an extent has no aspect.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -46,11 +48,17 @@ DETOPS_HD Acc box_iou_atan(Acc v) {
 #endif
 }
 
-// num / (den + eps) when den > 0, else 0. A den <= 0 only arises from degenerate boxes (inverted, or of
-// zero extent); eps (>= 0) must not turn such a den into an eps-sized denominator and a huge quotient.
+// num / (den + eps) (torchvision), or under DetOps' rule (`defined`) 0 when den <= 0: a den <= 0 only arises
+// from degenerate boxes (inverted, or of zero extent), and eps must not turn it into an eps-sized denominator
+// and a huge quotient. box_quotient is the same without eps (torchvision adds none there: num / den).
 template <typename Acc>
-DETOPS_HD Acc regularized_ratio(Acc num, Acc den, Acc eps) {
-  return den > Acc(0) ? num / (den + eps) : Acc(0);
+DETOPS_HD Acc box_ratio(Acc num, Acc den, Acc eps, bool defined) {
+  return defined && !(den > Acc(0)) ? Acc(0) : num / (den + eps);
+}
+
+template <typename Acc>
+DETOPS_HD Acc box_quotient(Acc num, Acc den, bool defined) {
+  return defined && !(den > Acc(0)) ? Acc(0) : num / den;
 }
 
 // The larger (smaller) of a and b, and its derivative with respect to a (the derivative with respect to
@@ -75,16 +83,96 @@ DETOPS_HD Pick<Acc> pick_min(Acc a, Acc b) {
   return {a, Acc(0.5)};
 }
 
-// CIoU's aspect angle atan(w / h): +-pi/2 for h == 0 (atan(+-inf)); has_aspect is false for
-// w == h == 0, which has no aspect ratio, and the pair's v is then 0.
 template <typename Acc>
-DETOPS_HD bool box_has_aspect(Acc w, Acc h) {
-  return !(w == Acc(0) && h == Acc(0));
+struct BoxCoords {
+  Acc x1, y1, x2, y2;
+};
+
+// The corners of a pair's intersection (the larger x1 / y1, the smaller x2 / y2) and of its enclosing box
+// (the smaller x1 / y1, the larger x2 / y2), with their derivatives with respect to box a.
+template <typename Acc>
+struct BoxPairPicks {
+  Pick<Acc> ix1, iy1, ix2, iy2, cx1, cy1, cx2, cy2;
+};
+
+template <typename Acc>
+DETOPS_HD BoxPairPicks<Acc> box_pair_picks(const BoxCoords<Acc>& a, const BoxCoords<Acc>& b) {
+  return {pick_max(a.x1, b.x1), pick_max(a.y1, b.y1), pick_min(a.x2, b.x2), pick_min(a.y2, b.y2),
+          pick_min(a.x1, b.x1), pick_min(a.y1, b.y1), pick_max(a.x2, b.x2), pick_max(a.y2, b.y2)};
+}
+
+// The adjoints (d out / d q) of the quantities a pair's value is built from: intersection extents
+// iw = ix2 - ix1, ih = iy2 - iy1, enclosing extents cw = cx2 - cx1, ch = cy2 - cy1 (both before any clamp or
+// mask), center offsets dx = ((a.x1 - b.x1) + (a.x2 - b.x2)) / 2, dy, and the widths and heights.
+template <typename Acc>
+struct BoxAdjoints {
+  Acc iw, ih, cw, ch, dx, dy, aw, ah, bw, bh;
+};
+
+template <typename Acc>
+struct BoxPairGrad {
+  Acc a[4];  // d out / d (x1, y1, x2, y2) of the box of boxes1
+  Acc b[4];  // d out / d (x1, y1, x2, y2) of the box of boxes2
+};
+
+// g's share of a pick's gradient: all of it, half (a tie) or none, as a mask (torch's masked_fill: none is 0
+// even for an infinite or NaN g).
+template <typename Acc>
+DETOPS_HD Acc pick_share(Acc g, Acc share) {
+  return share > Acc(0) ? g * share : Acc(0);
+}
+
+// The adjoints carried to the 8 coordinates through the picks (a max / min tie split equally).
+template <typename Acc>
+DETOPS_HD BoxPairGrad<Acc> box_coordinate_grads(const BoxAdjoints<Acc>& d, const BoxPairPicks<Acc>& k) {
+  const Acc hx = Acc(0.5) * d.dx, hy = Acc(0.5) * d.dy;
+  const auto a = [](Acc g, const Pick<Acc>& p) { return pick_share(g, p.da); };
+  const auto b = [](Acc g, const Pick<Acc>& p) { return pick_share(g, Acc(1) - p.da); };
+  BoxPairGrad<Acc> r;
+  r.a[0] = -a(d.iw, k.ix1) - a(d.cw, k.cx1) + hx - d.aw;
+  r.b[0] = -b(d.iw, k.ix1) - b(d.cw, k.cx1) - hx - d.bw;
+  r.a[1] = -a(d.ih, k.iy1) - a(d.ch, k.cy1) + hy - d.ah;
+  r.b[1] = -b(d.ih, k.iy1) - b(d.ch, k.cy1) - hy - d.bh;
+  r.a[2] = a(d.iw, k.ix2) + a(d.cw, k.cx2) + hx + d.aw;
+  r.b[2] = b(d.iw, k.ix2) + b(d.cw, k.cx2) - hx + d.bw;
+  r.a[3] = a(d.ih, k.iy2) + a(d.ch, k.cy2) + hy + d.ah;
+  r.b[3] = b(d.ih, k.iy2) + b(d.ch, k.cy2) - hy + d.bh;
+  return r;
 }
 
 template <typename Acc>
-DETOPS_HD Acc box_aspect_angle(Acc w, Acc h) {
-  return box_has_aspect(w, h) ? box_iou_atan(w / h) : Acc(0);
+DETOPS_HD BoxPairGrad<Acc> box_pair_grad_nan() {
+  BoxPairGrad<Acc> r;
+  for (int c = 0; c < 4; ++c) r.a[c] = r.b[c] = box_iou_quiet_nan<Acc>();
+  return r;
+}
+
+// CIoU's aspect angle atan(w / h): +-pi/2 for h == 0 (atan(+-inf)). Under DetOps' rule a box with w == h == 0
+// has no aspect ratio (has_aspect false: the pair's v is 0); torchvision's atan(0 / 0) is NaN.
+template <typename Acc>
+DETOPS_HD bool box_has_aspect(Acc w, Acc h, bool defined) {
+  return !(defined && w == Acc(0) && h == Acc(0));
+}
+
+template <typename Acc>
+DETOPS_HD Acc box_aspect_angle(Acc w, Acc h, bool defined) {
+  return box_has_aspect(w, h, defined) ? box_iou_atan(w / h) : Acc(0);
+}
+
+// g_w, g_h += the adjoints of w and h through theta = atan(w / h), given theta's g. DetOps' rule: (h g, -w g) /
+// (w^2 + h^2), finite at h = 0; torchvision's autograd: atan's g / (r^2 + 1), then r = w / h's quotient rule
+// (NaN at h = 0).
+template <typename Acc>
+DETOPS_HD void box_aspect_grad(Acc g, Acc w, Acc h, bool defined, Acc& g_w, Acc& g_h) {
+  if (defined) {
+    const Acc r2 = w * w + h * h;
+    g_w += g * h / r2;
+    g_h -= g * w / r2;
+  } else {
+    const Acc r = w / h, g_r = g / (r * r + Acc(1));
+    g_w += g_r / h;
+    g_h += -g_r * (r / h);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -98,11 +186,11 @@ struct BoxGeometry {
   Acc area;        // (x2 - x1) * (y2 - y1): negative when exactly one side is inverted
   Acc theta;       // atan(w / h), CIoU only
   bool finite;     // all four coordinates finite
-  bool has_aspect; // not w == h == 0, CIoU only
+  bool has_aspect; // CIoU only: box_has_aspect
 };
 
 template <BoxIouVariant V, typename T, typename Acc>
-DETOPS_HD BoxGeometry<Acc> box_geometry(const T* box) {
+DETOPS_HD BoxGeometry<Acc> box_geometry(const T* box, bool defined) {
   BoxGeometry<Acc> g;
   g.x1 = to_acc<Acc>(box[0]);
   g.y1 = to_acc<Acc>(box[1]);
@@ -111,21 +199,22 @@ DETOPS_HD BoxGeometry<Acc> box_geometry(const T* box) {
   g.finite = is_finite(g.x1) && is_finite(g.y1) && is_finite(g.x2) && is_finite(g.y2);
   const Acc w = g.x2 - g.x1, h = g.y2 - g.y1;
   g.area = w * h;
-  g.has_aspect = box_has_aspect(w, h);
-  g.theta = V == BoxIouVariant::kCIoU ? box_aspect_angle(w, h) : Acc(0);
+  g.has_aspect = box_has_aspect(w, h, defined);
+  g.theta = V == BoxIouVariant::kCIoU ? box_aspect_angle(w, h, defined) : Acc(0);
   return g;
 }
 
-// torchvision.ops.box_iou / generalized_box_iou / distance_box_iou / complete_box_iou of one pair, with
-// the degenerate-box rules of docs/ops/box_iou.md. NaN when a coordinate of either box is not finite.
+// torchvision.ops.box_iou / generalized_box_iou / distance_box_iou / complete_box_iou of one pair, in
+// torchvision's order of operations (clamped extents, inter / union, ...), degenerate boxes by `defined`. NaN
+// when a coordinate of either box is not finite.
 template <BoxIouVariant V, typename Acc>
-DETOPS_HD Acc box_iou_pairwise_value(const BoxGeometry<Acc>& a, const BoxGeometry<Acc>& b, Acc eps) {
+DETOPS_HD Acc box_iou_pairwise_value(const BoxGeometry<Acc>& a, const BoxGeometry<Acc>& b, Acc eps, bool defined) {
   if (!(a.finite && b.finite)) return box_iou_quiet_nan<Acc>();
   const Acc iw = (a.x2 < b.x2 ? a.x2 : b.x2) - (a.x1 > b.x1 ? a.x1 : b.x1);
   const Acc ih = (a.y2 < b.y2 ? a.y2 : b.y2) - (a.y1 > b.y1 ? a.y1 : b.y1);
-  const Acc inter = (iw > Acc(0) && ih > Acc(0)) ? iw * ih : Acc(0);
+  const Acc inter = (iw > Acc(0) ? iw : Acc(0)) * (ih > Acc(0) ? ih : Acc(0));
   const Acc uni = a.area + b.area - inter;
-  const Acc iou = regularized_ratio(inter, uni, Acc(0));
+  const Acc iou = box_quotient(inter, uni, defined);
   if constexpr (V == BoxIouVariant::kIoU) {
     return iou;
   } else {
@@ -136,31 +225,97 @@ DETOPS_HD Acc box_iou_pairwise_value(const BoxGeometry<Acc>& a, const BoxGeometr
     const Acc ch = ch_raw > Acc(0) ? ch_raw : Acc(0);
     if constexpr (V == BoxIouVariant::kGIoU) {
       const Acc c = cw * ch;
-      return iou - regularized_ratio(c - uni, c, Acc(0));
+      return iou - box_quotient(c - uni, c, defined);
     } else {
       // Center offsets as sums of differences: exact for nearby coordinates, unlike (x1 + x2) / 2.
       const Acc dx = ((a.x1 - b.x1) + (a.x2 - b.x2)) * Acc(0.5);
       const Acc dy = ((a.y1 - b.y1) + (a.y2 - b.y2)) * Acc(0.5);
-      const Acc diou = iou - regularized_ratio(dx * dx + dy * dy, cw * cw + ch * ch, eps);
+      const Acc diou = iou - box_ratio(dx * dx + dy * dy, cw * cw + ch * ch, eps, defined);
       if constexpr (V == BoxIouVariant::kDIoU) {
         return diou;
       } else {
         const Acc dtheta = a.theta - b.theta;
-        const Acc v = (a.has_aspect && b.has_aspect) ? static_cast<Acc>(kCiouAspectScale) * dtheta * dtheta : Acc(0);
-        const Acc alpha = regularized_ratio(v, Acc(1) - iou + v, eps);
-        return diou - alpha * v;
+        const Acc v = (a.has_aspect && b.has_aspect) ? static_cast<Acc>(kCiouAspectScale) * (dtheta * dtheta) : Acc(0);
+        return diou - box_ratio(v, Acc(1) - iou + v, eps, defined) * v;
       }
     }
   }
 }
 
+// g * d value / d (a, b) of one pair: reverse mode through box_iou_pairwise_value in the order of torch's
+// autograd through torchvision's formulas, and with its conventions where the value is not differentiable:
+// a max / min tie splits the gradient equally (torch.maximum / torch.minimum), a clamp at 0 passes it where
+// its input is >= 0 (so touching boxes, with an intersection width of exactly 0, get a gradient through the
+// width), CIoU's alpha is a constant (torchvision's no_grad). With `defined`, terms defined as 0 contribute
+// nothing; without, a division by 0 gives what torch's gives (NaN, +-inf). All NaN when a coordinate is not
+// finite. Every box's area enters once per pair, as its sum over pairs would.
+template <BoxIouVariant V, typename Acc>
+DETOPS_HD BoxPairGrad<Acc> box_iou_pairwise_grad(const BoxGeometry<Acc>& a, const BoxGeometry<Acc>& b, Acc eps,
+                                                 Acc g, bool defined) {
+  if (!(a.finite && b.finite)) return box_pair_grad_nan<Acc>();
+  const BoxPairPicks<Acc> k = box_pair_picks<Acc>({a.x1, a.y1, a.x2, a.y2}, {b.x1, b.y1, b.x2, b.y2});
+  const Acc aw = a.x2 - a.x1, ah = a.y2 - a.y1, bw = b.x2 - b.x1, bh = b.y2 - b.y1;
+  const Acc iw_raw = k.ix2.value - k.ix1.value, ih_raw = k.iy2.value - k.iy1.value;
+  const Acc iw = iw_raw > Acc(0) ? iw_raw : Acc(0), ih = ih_raw > Acc(0) ? ih_raw : Acc(0);
+  const Acc inter = iw * ih, uni = a.area + b.area - inter;
+  const bool iou_term = !defined || uni > Acc(0);
+  const Acc iou = iou_term ? inter / uni : Acc(0);
+  BoxAdjoints<Acc> d{};
+  Acc g_uni = 0;
+  if constexpr (V != BoxIouVariant::kIoU) {
+    const Acc cw_raw = k.cx2.value - k.cx1.value, ch_raw = k.cy2.value - k.cy1.value;
+    const Acc cw = cw_raw > Acc(0) ? cw_raw : Acc(0), ch = ch_raw > Acc(0) ? ch_raw : Acc(0);
+    Acc g_cw = 0, g_ch = 0;
+    if constexpr (V == BoxIouVariant::kGIoU) {
+      const Acc c = cw * ch;
+      if (!defined || c > Acc(0)) {  // - (c - union) / c
+        const Acc g_num = -g / c, g_c = g_num + g * (((c - uni) / c) / c);
+        g_uni -= g_num;
+        g_cw = g_c * ch;
+        g_ch = g_c * cw;
+      }
+    } else {
+      const Acc diag = cw * cw + ch * ch;
+      if (!defined || diag > Acc(0)) {  // - rho2 / (diag + eps), rho2 = dx^2 + dy^2
+        const Acc dx = ((a.x1 - b.x1) + (a.x2 - b.x2)) * Acc(0.5), dy = ((a.y1 - b.y1) + (a.y2 - b.y2)) * Acc(0.5);
+        const Acc den = diag + eps;
+        const Acc g_rho2 = -g / den, g_den = g * (((dx * dx + dy * dy) / den) / den);
+        d.dx = g_rho2 * (Acc(2) * dx);
+        d.dy = g_rho2 * (Acc(2) * dy);
+        g_cw = g_den * (Acc(2) * cw);
+        g_ch = g_den * (Acc(2) * ch);
+      }
+      if constexpr (V == BoxIouVariant::kCIoU) {
+        if (a.has_aspect && b.has_aspect) {  // - alpha * 4/pi^2 (theta_a - theta_b)^2, alpha constant
+          const Acc dtheta = a.theta - b.theta, v = static_cast<Acc>(kCiouAspectScale) * (dtheta * dtheta);
+          const Acc alpha = box_ratio(v, Acc(1) - iou + v, eps, defined);
+          const Acc g_dtheta = ((-g * alpha) * static_cast<Acc>(kCiouAspectScale)) * (Acc(2) * dtheta);
+          box_aspect_grad(g_dtheta, aw, ah, defined, d.aw, d.ah);
+          box_aspect_grad(-g_dtheta, bw, bh, defined, d.bw, d.bh);
+        }
+      }
+    }
+    d.cw = cw_raw >= Acc(0) ? g_cw : Acc(0);
+    d.ch = ch_raw >= Acc(0) ? g_ch : Acc(0);
+  }
+  Acc g_inter = 0;
+  if (iou_term) {  // iou = inter / union
+    g_inter = g / uni;
+    g_uni += -g * (iou / uni);
+  }
+  // union = aw * ah + bw * bh - inter; inter = max(iw, 0) * max(ih, 0)
+  d.aw += g_uni * ah;
+  d.ah += g_uni * aw;
+  d.bw += g_uni * bh;
+  d.bh += g_uni * bw;
+  g_inter -= g_uni;
+  d.iw = iw_raw >= Acc(0) ? g_inter * ih : Acc(0);
+  d.ih = ih_raw >= Acc(0) ? g_inter * iw : Acc(0);
+  return box_coordinate_grads(d, k);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Element-wise losses ([N, 4] x [N, 4] -> [N]) and their gradients.
-
-template <typename Acc>
-struct BoxCoords {
-  Acc x1, y1, x2, y2;
-};
 
 template <typename T, typename Acc>
 DETOPS_HD BoxCoords<Acc> load_box(const T* box) {
@@ -172,20 +327,21 @@ DETOPS_HD bool box_coords_finite(const BoxCoords<Acc>& b) {
   return is_finite(b.x1) && is_finite(b.y1) && is_finite(b.x2) && is_finite(b.y2);
 }
 
-// The forward quantities of one loss pair (a = boxes1[i], b = boxes2[i]), kept for the backward.
+// The forward quantities of one loss pair (a = boxes1[i], b = boxes2[i]), kept for the backward. The quotients
+// follow the mode `defined` (box_ratio: 0 for a denominator <= 0 under DetOps' rule).
 template <typename Acc>
 struct BoxIouLossTerms {
-  Pick<Acc> ix1, iy1, ix2, iy2;  // intersection corners: max of the x1 / y1, min of the x2 / y2
-  Pick<Acc> cx1, cy1, cx2, cy2;  // enclosing corners: min of the x1 / y1, max of the x2 / y2
+  BoxPairPicks<Acc> k;           // intersection and enclosing corners
   Acc aw, ah, bw, bh;            // widths and heights (negative for inverted boxes)
   Acc iw, ih;                    // intersection extents (<= 0 when the boxes do not overlap)
   bool overlap;                  // iw > 0 && ih > 0 (torchvision's mask)
-  Acc inter, uni, d_u, iou;      // d_u = union + eps; iou = inter / d_u (0 when union <= 0)
+  Acc inter, uni, d_u, iou;      // d_u = union + eps; iou = inter / d_u
+  bool iou_term;                 // iou is a quotient (not DetOps' 0 for union <= 0)
   Acc cw, ch;                    // enclosing extents, not clamped (as torchvision's losses)
-  Acc c, d_c, penalty;           // GIoU: enclosing area, c + eps, (c - union) / d_c (0 when c <= 0)
+  Acc c, d_c, penalty;           // GIoU: enclosing area, c + eps, (c - union) / d_c
   Acc dx, dy, rho2;              // DIoU, CIoU: center offsets, squared center distance
-  Acc diag, d_d, distance;       // cw^2 + ch^2, diag + eps, rho2 / d_d (0 when diag <= 0)
-  bool has_aspect;               // CIoU: neither box has w == h == 0
+  Acc diag, d_d, distance;       // cw^2 + ch^2, diag + eps, rho2 / d_d
+  bool has_aspect;               // CIoU: both boxes have an aspect (box_has_aspect)
   Acc theta_a, theta_b, v;       // CIoU: atan(w / h) per box; v = 4/pi^2 (theta_b - theta_a)^2
 };
 
@@ -196,35 +352,30 @@ DETOPS_HD double box_iou_loss_inner_eps(double eps) {
 }
 
 template <BoxIouVariant V, typename Acc>
-DETOPS_HD BoxIouLossTerms<Acc> box_iou_loss_terms(const BoxCoords<Acc>& a, const BoxCoords<Acc>& b, Acc eps) {
+DETOPS_HD BoxIouLossTerms<Acc> box_iou_loss_terms(const BoxCoords<Acc>& a, const BoxCoords<Acc>& b, Acc eps,
+                                                  bool defined) {
   BoxIouLossTerms<Acc> t{};
-  t.ix1 = pick_max(a.x1, b.x1);
-  t.iy1 = pick_max(a.y1, b.y1);
-  t.ix2 = pick_min(a.x2, b.x2);
-  t.iy2 = pick_min(a.y2, b.y2);
+  t.k = box_pair_picks(a, b);
   t.aw = a.x2 - a.x1;
   t.ah = a.y2 - a.y1;
   t.bw = b.x2 - b.x1;
   t.bh = b.y2 - b.y1;
-  t.iw = t.ix2.value - t.ix1.value;
-  t.ih = t.iy2.value - t.iy1.value;
+  t.iw = t.k.ix2.value - t.k.ix1.value;
+  t.ih = t.k.iy2.value - t.k.iy1.value;
   t.overlap = t.iw > Acc(0) && t.ih > Acc(0);
   t.inter = t.overlap ? t.iw * t.ih : Acc(0);
   t.uni = t.aw * t.ah + t.bw * t.bh - t.inter;
   t.d_u = t.uni + eps;
-  t.iou = t.uni > Acc(0) ? t.inter / t.d_u : Acc(0);
+  t.iou_term = !defined || t.uni > Acc(0);
+  t.iou = t.iou_term ? t.inter / t.d_u : Acc(0);
   if constexpr (V != BoxIouVariant::kIoU) {
-    t.cx1 = pick_min(a.x1, b.x1);
-    t.cy1 = pick_min(a.y1, b.y1);
-    t.cx2 = pick_max(a.x2, b.x2);
-    t.cy2 = pick_max(a.y2, b.y2);
-    t.cw = t.cx2.value - t.cx1.value;
-    t.ch = t.cy2.value - t.cy1.value;
+    t.cw = t.k.cx2.value - t.k.cx1.value;
+    t.ch = t.k.cy2.value - t.k.cy1.value;
   }
   if constexpr (V == BoxIouVariant::kGIoU) {
     t.c = t.cw * t.ch;
     t.d_c = t.c + eps;
-    t.penalty = t.c > Acc(0) ? (t.c - t.uni) / t.d_c : Acc(0);
+    t.penalty = box_ratio(t.c - t.uni, t.c, eps, defined);
   }
   if constexpr (V == BoxIouVariant::kDIoU || V == BoxIouVariant::kCIoU) {
     t.dx = ((a.x1 - b.x1) + (a.x2 - b.x2)) * Acc(0.5);
@@ -232,22 +383,22 @@ DETOPS_HD BoxIouLossTerms<Acc> box_iou_loss_terms(const BoxCoords<Acc>& a, const
     t.rho2 = t.dx * t.dx + t.dy * t.dy;
     t.diag = t.cw * t.cw + t.ch * t.ch;
     t.d_d = t.diag + eps;
-    t.distance = t.diag > Acc(0) ? t.rho2 / t.d_d : Acc(0);
+    t.distance = box_ratio(t.rho2, t.diag, eps, defined);
   }
   if constexpr (V == BoxIouVariant::kCIoU) {
-    t.has_aspect = box_has_aspect(t.aw, t.ah) && box_has_aspect(t.bw, t.bh);
-    t.theta_a = box_aspect_angle(t.aw, t.ah);
-    t.theta_b = box_aspect_angle(t.bw, t.bh);
+    t.has_aspect = box_has_aspect(t.aw, t.ah, defined) && box_has_aspect(t.bw, t.bh, defined);
+    t.theta_a = box_aspect_angle(t.aw, t.ah, defined);
+    t.theta_b = box_aspect_angle(t.bw, t.bh, defined);
     const Acc dtheta = t.theta_b - t.theta_a;
-    t.v = t.has_aspect ? static_cast<Acc>(kCiouAspectScale) * dtheta * dtheta : Acc(0);
+    t.v = t.has_aspect ? static_cast<Acc>(kCiouAspectScale) * (dtheta * dtheta) : Acc(0);
   }
   return t;
 }
 
-// CIoU's alpha = v / (1 - iou + v + eps) (0 when 1 - iou + v <= 0), with the loss's own eps.
+// CIoU's alpha = v / (1 - iou + v + eps) (DetOps' rule: 0 when 1 - iou + v <= 0), with the loss's own eps.
 template <typename Acc>
-DETOPS_HD Acc ciou_alpha(const BoxIouLossTerms<Acc>& t, Acc eps) {
-  return regularized_ratio(t.v, Acc(1) - t.iou + t.v, eps);
+DETOPS_HD Acc ciou_alpha(const BoxIouLossTerms<Acc>& t, Acc eps, bool defined) {
+  return box_ratio(t.v, Acc(1) - t.iou + t.v, eps, defined);
 }
 
 // The loss of one pair. For CIoU, alpha is computed from (alpha_a, alpha_b), normally (a, b) itself.
@@ -256,103 +407,76 @@ DETOPS_HD Acc box_iou_loss_value(const BoxIouLossParams& p, const BoxCoords<Acc>
                                  const BoxCoords<Acc>& alpha_a, const BoxCoords<Acc>& alpha_b) {
   if (!(box_coords_finite(a) && box_coords_finite(b))) return box_iou_quiet_nan<Acc>();
   const Acc eps = static_cast<Acc>(box_iou_loss_inner_eps<V>(p.eps));
-  const BoxIouLossTerms<Acc> t = box_iou_loss_terms<V, Acc>(a, b, eps);
+  const bool defined = p.defined_degenerate;
+  const BoxIouLossTerms<Acc> t = box_iou_loss_terms<V, Acc>(a, b, eps, defined);
   if constexpr (V == BoxIouVariant::kIoU) {
     return Acc(1) - t.iou;
   } else if constexpr (V == BoxIouVariant::kGIoU) {
-    return Acc(1) - t.iou + t.penalty;
+    return Acc(1) - (t.iou - t.penalty);
   } else if constexpr (V == BoxIouVariant::kDIoU) {
     return Acc(1) - t.iou + t.distance;
   } else {
     if (!(box_coords_finite(alpha_a) && box_coords_finite(alpha_b))) return box_iou_quiet_nan<Acc>();
-    const BoxIouLossTerms<Acc> t0 = box_iou_loss_terms<V, Acc>(alpha_a, alpha_b, eps);
-    return Acc(1) - t.iou + t.distance + ciou_alpha(t0, static_cast<Acc>(p.eps)) * t.v;
+    const BoxIouLossTerms<Acc> t0 = box_iou_loss_terms<V, Acc>(alpha_a, alpha_b, eps, defined);
+    return Acc(1) - t.iou + t.distance + ciou_alpha(t0, static_cast<Acc>(p.eps), defined) * t.v;
   }
 }
 
-template <typename Acc>
-struct BoxPairGrad {
-  Acc a[4];  // d loss / d (x1, y1, x2, y2) of boxes1[i]
-  Acc b[4];  // d loss / d (x1, y1, x2, y2) of boxes2[i]
-};
-
-// g * d loss / d (a, b) of one pair, by reverse-mode differentiation of box_iou_loss_terms. Where the
-// loss has a kink (a max / min tie) the gradient is split equally; outside the overlap mask the
-// intersection contributes nothing; CIoU's alpha is a constant. All NaN when a coordinate is not finite.
+// g * d loss / d (a, b) of one pair, by reverse-mode differentiation of box_iou_loss_terms in the order of
+// torch's autograd through torchvision's losses. Where the loss has a kink (a max / min tie) the gradient is
+// split equally; outside the overlap mask the intersection contributes nothing; CIoU's alpha is a constant;
+// terms defined as 0 (DetOps' rule) contribute nothing. All NaN when a coordinate is not finite.
 template <BoxIouVariant V, typename Acc>
 DETOPS_HD BoxPairGrad<Acc> box_iou_loss_grad(const BoxIouLossParams& p, const BoxCoords<Acc>& a,
                                              const BoxCoords<Acc>& b, Acc g) {
-  BoxPairGrad<Acc> r{};
-  if (!(box_coords_finite(a) && box_coords_finite(b))) {
-    for (int k = 0; k < 4; ++k) r.a[k] = r.b[k] = box_iou_quiet_nan<Acc>();
-    return r;
-  }
+  if (!(box_coords_finite(a) && box_coords_finite(b))) return box_pair_grad_nan<Acc>();
   const Acc eps = static_cast<Acc>(box_iou_loss_inner_eps<V>(p.eps));
-  const BoxIouLossTerms<Acc> t = box_iou_loss_terms<V, Acc>(a, b, eps);
-  // Adjoints of the intermediate quantities.
+  const bool defined = p.defined_degenerate;
+  const BoxIouLossTerms<Acc> t = box_iou_loss_terms<V, Acc>(a, b, eps, defined);
+  BoxAdjoints<Acc> d{};  // the enclosing extents enter unclamped, so d.cw / d.ch are their adjoints as they are
   const Acc g_iou = -g;
-  Acc g_uni = 0, g_inter = 0, g_cw = 0, g_ch = 0, g_dx = 0, g_dy = 0;
-  Acc g_aw = 0, g_ah = 0, g_bw = 0, g_bh = 0;
+  Acc g_uni = 0, g_inter = 0;
   if constexpr (V == BoxIouVariant::kGIoU) {
-    if (t.c > Acc(0)) {  // penalty = (c - union) / (c + eps)
-      const Acc g_c = g * (Acc(1) - t.penalty) / t.d_c;
-      g_uni -= g / t.d_c;
-      g_cw += g_c * t.ch;
-      g_ch += g_c * t.cw;
+    if (!defined || t.c > Acc(0)) {  // penalty = (c - union) / (c + eps)
+      const Acc g_num = g / t.d_c, g_c = g_num + -g * (t.penalty / t.d_c);
+      g_uni -= g_num;
+      d.cw = g_c * t.ch;
+      d.ch = g_c * t.cw;
     }
   }
   if constexpr (V == BoxIouVariant::kDIoU || V == BoxIouVariant::kCIoU) {
-    if (t.diag > Acc(0)) {  // distance = rho^2 / (cw^2 + ch^2 + eps)
-      const Acc g_rho2 = g / t.d_d;
-      const Acc g_d = -g * t.distance / t.d_d;
-      g_dx += Acc(2) * t.dx * g_rho2;
-      g_dy += Acc(2) * t.dy * g_rho2;
-      g_cw += Acc(2) * t.cw * g_d;
-      g_ch += Acc(2) * t.ch * g_d;
+    if (!defined || t.diag > Acc(0)) {  // distance = rho^2 / (cw^2 + ch^2 + eps)
+      const Acc g_rho2 = g / t.d_d, g_d = -g * (t.distance / t.d_d);
+      d.dx = g_rho2 * (Acc(2) * t.dx);
+      d.dy = g_rho2 * (Acc(2) * t.dy);
+      d.cw = g_d * (Acc(2) * t.cw);
+      d.ch = g_d * (Acc(2) * t.ch);
     }
   }
   if constexpr (V == BoxIouVariant::kCIoU) {
     // + alpha * v with alpha constant: d v / d theta_b = 2 * 4/pi^2 * (theta_b - theta_a) = -d v / d theta_a.
     if (t.has_aspect) {
-      const Acc alpha = ciou_alpha(t, static_cast<Acc>(p.eps));
-      const Acc g_theta_b = g * alpha * Acc(2) * static_cast<Acc>(kCiouAspectScale) * (t.theta_b - t.theta_a);
-      // d atan(w / h) / dw = h / (w^2 + h^2), d / dh = -w / (w^2 + h^2); w^2 + h^2 > 0 here.
-      const Acc ra = t.aw * t.aw + t.ah * t.ah, rb = t.bw * t.bw + t.bh * t.bh;
-      g_aw -= g_theta_b * t.ah / ra;
-      g_ah += g_theta_b * t.aw / ra;
-      g_bw += g_theta_b * t.bh / rb;
-      g_bh -= g_theta_b * t.bw / rb;
+      const Acc alpha = ciou_alpha(t, static_cast<Acc>(p.eps), defined);
+      const Acc g_theta_b = ((g * alpha) * static_cast<Acc>(kCiouAspectScale)) * (Acc(2) * (t.theta_b - t.theta_a));
+      box_aspect_grad(g_theta_b, t.bw, t.bh, defined, d.bw, d.bh);
+      box_aspect_grad(-g_theta_b, t.aw, t.ah, defined, d.aw, d.ah);
     }
   }
-  if (t.uni > Acc(0)) {  // iou = inter / (union + eps)
+  if (t.iou_term) {  // iou = inter / (union + eps)
     g_inter += g_iou / t.d_u;
-    g_uni -= g_iou * t.iou / t.d_u;
+    g_uni += -g_iou * (t.iou / t.d_u);
   }
-  // union = aw * ah + bw * bh - inter
-  g_aw += g_uni * t.ah;
-  g_ah += g_uni * t.aw;
-  g_bw += g_uni * t.bh;
-  g_bh += g_uni * t.bw;
+  // union = aw * ah + bw * bh - inter; inter = iw * ih inside the overlap mask
+  d.aw += g_uni * t.ah;
+  d.ah += g_uni * t.aw;
+  d.bw += g_uni * t.bh;
+  d.bh += g_uni * t.bw;
   g_inter -= g_uni;
-  Acc g_iw = 0, g_ih = 0;
-  if (t.overlap) {  // inter = iw * ih
-    g_iw = g_inter * t.ih;
-    g_ih = g_inter * t.iw;
+  if (t.overlap) {
+    d.iw = g_inter * t.ih;
+    d.ih = g_inter * t.iw;
   }
-  // iw = ix2 - ix1 with ix1 = max(x1), ix2 = min(x2); cw = cx2 - cx1 with cx1 = min(x1), cx2 = max(x2);
-  // dx = ((a.x1 - b.x1) + (a.x2 - b.x2)) / 2; aw = a.x2 - a.x1; likewise for y.
-  const Acc g_ix1 = -g_iw, g_ix2 = g_iw, g_iy1 = -g_ih, g_iy2 = g_ih;
-  const Acc g_cx1 = -g_cw, g_cx2 = g_cw, g_cy1 = -g_ch, g_cy2 = g_ch;
-  const Acc hx = Acc(0.5) * g_dx, hy = Acc(0.5) * g_dy;
-  r.a[0] = g_ix1 * t.ix1.da + g_cx1 * t.cx1.da + hx - g_aw;
-  r.b[0] = g_ix1 * (Acc(1) - t.ix1.da) + g_cx1 * (Acc(1) - t.cx1.da) - hx - g_bw;
-  r.a[1] = g_iy1 * t.iy1.da + g_cy1 * t.cy1.da + hy - g_ah;
-  r.b[1] = g_iy1 * (Acc(1) - t.iy1.da) + g_cy1 * (Acc(1) - t.cy1.da) - hy - g_bh;
-  r.a[2] = g_ix2 * t.ix2.da + g_cx2 * t.cx2.da + hx + g_aw;
-  r.b[2] = g_ix2 * (Acc(1) - t.ix2.da) + g_cx2 * (Acc(1) - t.cx2.da) - hx + g_bw;
-  r.a[3] = g_iy2 * t.iy2.da + g_cy2 * t.cy2.da + hy + g_ah;
-  r.b[3] = g_iy2 * (Acc(1) - t.iy2.da) + g_cy2 * (Acc(1) - t.cy2.da) - hy + g_bh;
-  return r;
+  return box_coordinate_grads(d, t.k);
 }
 
 }  // namespace detops

@@ -1,6 +1,6 @@
 #pragma once
-// The box IoU family (IoU, GIoU, DIoU, CIoU), torchvision semantics plus a definition for degenerate
-// boxes (docs/ops/box_iou.md). Boxes are (x1, y1, x2, y2). The one contract shared by the CUDA kernels,
+// The box IoU family (IoU, GIoU, DIoU, CIoU), torchvision semantics; DetOps' own definition for degenerate
+// boxes as an option (docs/ops/box_iou.md). Boxes are (x1, y1, x2, y2). The one contract shared by the CUDA kernels,
 // the CPU implementation, the Eigen reference, the op specs and the torch bindings.
 #include <cstdint>
 
@@ -21,6 +21,9 @@ enum class LossReduction : std::uint8_t { kNone, kMean, kSum };
 struct BoxIouParams {
   BoxIouVariant variant = BoxIouVariant::kIoU;
   double eps = 1e-7;  // any value, as torchvision (negative, inf and NaN included)
+  // false (default): torchvision's quotients for degenerate boxes (NaN, +-inf, -0.0), and its autograd's
+  // gradients; true: DetOps' rule (a quotient with a denominator <= 0 is 0, no aspect ratio without an extent).
+  bool defined_degenerate = false;
 };
 
 // The element-wise losses [N, 4] x [N, 4] -> [N] or a scalar (iou_loss, generalized_box_iou_loss,
@@ -30,6 +33,7 @@ struct BoxIouLossParams {
   BoxIouVariant variant = BoxIouVariant::kIoU;
   LossReduction reduction = LossReduction::kNone;
   double eps = 1e-7;  // any value, as torchvision (negative, inf and NaN included)
+  bool defined_degenerate = false;  // as BoxIouParams'
 };
 
 // torchvision's complete_box_iou_loss computes its DIoU part (the union and the diagonal denominators,

@@ -1,15 +1,15 @@
 // The box IoU family as torch ops: torch.ops.detops.box_iou / generalized_box_iou / distance_box_iou /
-// complete_box_iou (pairwise, forward only) and iou_loss / generalized_box_iou_loss /
-// distance_box_iou_loss / complete_box_iou_loss (element-wise, with backward). Argument names, order and
-// defaults follow torchvision.ops so the ops can replace it unchanged. Registered with the op kit
-// (docs/op-kit.md); the string arguments make these hand-written (opkit::define_raw).
+// complete_box_iou (pairwise) and iou_loss / generalized_box_iou_loss / distance_box_iou_loss /
+// complete_box_iou_loss (element-wise), each with a backward op (_box_iou_pairwise_backward,
+// _box_iou_loss_backward) for both box tensors. Argument names, order and defaults follow torchvision.ops
+// so the ops can replace it unchanged. Declared with the op kit (docs/op-kit.md).
 #include "box_iou/box_iou_torch.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/div.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sum.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <utility>
@@ -35,6 +35,11 @@ at::ScalarType compute_type(const char* op, const at::Tensor& boxes1, const at::
   if (t == at::kDouble || t == at::kFloat || t == at::kHalf || t == at::kBFloat16) return t;
   TORCH_CHECK(at::isIntegralType(t, /*includeBool=*/true), op, ": boxes of dtype ", t, " are not supported");
   return at::kFloat;
+}
+
+// The pairwise ops' compute dtype: bool boxes only in distance_box_iou and complete_box_iou (torchvision upcasts them).
+at::ScalarType pairwise_type(const char* op, const at::Tensor& boxes1, const at::Tensor& boxes2, BoxIouVariant v) {
+  return compute_type(op, boxes1, boxes2, v == BoxIouVariant::kDIoU || v == BoxIouVariant::kCIoU);
 }
 
 // The dtype of every output: float64 for float64 computation, float32 otherwise (torchvision upcasts
@@ -147,11 +152,14 @@ std::pair<at::Tensor, at::Tensor> flat_pairs(const at::Tensor& boxes1, const at:
           as_type(boxes2, type).expand(boxes1.sizes()).contiguous().view({n, 4})};
 }
 
-cudaStream_t current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+// A box tensor's gradient: float boxes' own dtype, the compute dtype for the others.
+at::ScalarType grad_type(const at::Tensor& boxes, at::ScalarType compute) {
+  return at::isFloatingType(boxes.scalar_type()) ? boxes.scalar_type() : compute;
+}
 
-void check_device(const char* op, const at::Tensor& boxes1, const at::Tensor& boxes2) {
-  check_same_device(op, "boxes1", boxes1, "boxes2", boxes2);
-  TORCH_CHECK(boxes1.is_cpu() || boxes1.is_cuda(), op, ": boxes1 must be a CPU or CUDA tensor; got ", boxes1.device());
+// `full` (a gradient of boxes expanded to the broadcast shape) summed back to boxes' shape, in its grad_type.
+at::Tensor box_grad(const at::Tensor& full, const at::Tensor& boxes, at::ScalarType compute) {
+  return as_type(full.sizes() == boxes.sizes() ? full : at::sum_to(full, boxes.sizes()), grad_type(boxes, compute));
 }
 
 DType dtype_of(at::ScalarType t) {
@@ -168,9 +176,8 @@ at::Tensor loss_forward_impl(const at::Tensor& boxes1, const at::Tensor& boxes2,
   const char* op = box_iou_loss_op_name(params.variant);
   const LossPlan plan = plan_loss(op, boxes1, boxes2);
   const at::ScalarType type = compute_type(op, boxes1, boxes2, true);
-  check_device(op, boxes1, boxes2);
+  check_same_device(op, "boxes1", boxes1, "boxes2", boxes2);
   const std::int64_t n = plan.n;
-  const bool reduce = params.reduction != LossReduction::kNone;
   const auto [b1, b2] = flat_pairs(boxes1, boxes2, n, type);
   const at::Tensor losses = at::empty(plan.loss_shape, boxes1.options().dtype(output_type(type)));
   BoxIouLossForwardArgs args{n, b1.data_ptr(), b2.data_ptr(), nullptr, nullptr, losses.data_ptr()};
@@ -185,16 +192,9 @@ at::Tensor loss_forward_impl(const at::Tensor& boxes1, const at::Tensor& boxes2,
     args.alpha_boxes1 = a1.data_ptr();
     args.alpha_boxes2 = a2.data_ptr();
   }
-  if (n > 0) {
-    if (boxes1.is_cuda()) {
-      c10::cuda::CUDAGuard guard(boxes1.device());
-      launch_box_iou_loss_forward(params, args, dtype_of(type), current_stream(boxes1));
-    } else {
-      run_box_iou_loss_forward_cpu(params, args, dtype_of(type), aten_parallel_for());
-    }
-  }
-  if (!reduce) return losses;
-  c10::OptionalDeviceGuard guard(boxes1.device());
+  run_on_device(op, "boxes1", boxes1, [&](cudaStream_t stream) { launch_box_iou_loss_forward(params, args, dtype_of(type), stream); },
+                [&] { run_box_iou_loss_forward_cpu(params, args, dtype_of(type), aten_parallel_for()); });
+  if (params.reduction == LossReduction::kNone) return losses;
   at::Tensor total = losses.sum();  // an empty sum is 0, so the mean of no pairs is 0 (as torchvision)
   if (params.reduction == LossReduction::kMean && n > 0) total = total.div(static_cast<double>(n));
   return total;
@@ -220,29 +220,62 @@ const char* box_iou_variant_name(BoxIouVariant variant) {
   TORCH_CHECK_VALUE(false, "box_iou: unknown variant code ", static_cast<int>(variant));
 }
 
-BoxIouLossParams make_box_iou_loss_params(BoxIouVariant variant, const std::string& reduction, double eps) {
+BoxIouLossParams make_box_iou_loss_params(BoxIouVariant variant, const std::string& reduction, double eps,
+                                          bool defined_degenerate) {
   const char* op = box_iou_loss_op_name(variant);
-  return BoxIouLossParams{variant, parse_reduction<LossReduction>(op, reduction), eps};
+  return BoxIouLossParams{variant, parse_reduction<LossReduction>(op, reduction), eps, defined_degenerate};
 }
 
 at::Tensor box_iou_pairwise(const at::Tensor& boxes1, const at::Tensor& boxes2, const BoxIouParams& params) {
   const char* op = box_iou_pairwise_op_name(params.variant);
   const PairwisePlan plan = plan_pairwise(op, boxes1, boxes2);
-  const bool allow_bool = params.variant == BoxIouVariant::kDIoU || params.variant == BoxIouVariant::kCIoU;
-  const at::ScalarType type = compute_type(op, boxes1, boxes2, allow_bool);
-  check_device(op, boxes1, boxes2);
+  const at::ScalarType type = pairwise_type(op, boxes1, boxes2, params.variant);
+  check_same_device(op, "boxes1", boxes1, "boxes2", boxes2);
   at::Tensor out = at::empty(plan.out_shape, boxes1.options().dtype(output_type(type)));
   if (out.numel() == 0) return out;
   const at::Tensor b1 = batched_boxes(boxes1, plan.batch, plan.n, type);
   const at::Tensor b2 = batched_boxes(boxes2, plan.batch, plan.m, type);
   const BoxIouPairwiseArgs args{plan.n, plan.m, b1.data_ptr(), b2.data_ptr(), out.data_ptr(), product(plan.batch)};
-  if (boxes1.is_cuda()) {
-    c10::cuda::CUDAGuard guard(boxes1.device());
-    launch_box_iou_pairwise(params, args, dtype_of(type), current_stream(boxes1));
-  } else {
-    run_box_iou_pairwise_cpu(params, args, dtype_of(type), aten_parallel_for());
-  }
+  run_on_device(op, "boxes1", boxes1, [&](cudaStream_t stream) { launch_box_iou_pairwise(params, args, dtype_of(type), stream); },
+                [&] { run_box_iou_pairwise_cpu(params, args, dtype_of(type), aten_parallel_for()); });
   return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> box_iou_pairwise_backward(const at::Tensor& grad, const at::Tensor& boxes1,
+                                                             const at::Tensor& boxes2, const BoxIouParams& params) {
+  const char* op = box_iou_pairwise_op_name(params.variant);
+  const PairwisePlan plan = plan_pairwise(op, boxes1, boxes2);
+  const at::ScalarType type = pairwise_type(op, boxes1, boxes2, params.variant);
+  check_same_device(op, "boxes1", boxes1, "boxes2", boxes2);
+  check_same_device(op, "boxes1", boxes1, "grad", grad);
+  TORCH_CHECK_TYPE(grad.scalar_type() == output_type(type), op, ": grad dtype (", grad.scalar_type(),
+                   ") must be the output's dtype, ", output_type(type), " for ", boxes1.scalar_type(), " and ",
+                   boxes2.scalar_type(), " boxes");
+  TORCH_CHECK_VALUE(grad.sizes() == at::IntArrayRef(plan.out_shape), op, ": grad must have the output's shape ",
+                    shape_string(plan.out_shape), "; got shape ", shape_string(grad.sizes()));
+  const std::int64_t batch = product(plan.batch), n = plan.n, m = plan.m;
+  // Every element is written when there are pairs; without pairs the gradients are 0.
+  const auto alloc = [&](std::int64_t rows) {
+    const at::TensorOptions o = boxes1.options().dtype(type);
+    return batch * n * m > 0 ? at::empty({batch, rows, 4}, o) : at::zeros({batch, rows, 4}, o);
+  };
+  at::Tensor grad1 = alloc(n), grad2 = alloc(m);
+  if (batch * n * m > 0) {
+    const at::Tensor b1 = batched_boxes(boxes1, plan.batch, n, type), b2 = batched_boxes(boxes2, plan.batch, m, type);
+    const at::Tensor g = grad.reshape({batch, n, m});  // a view where it can be (stride 0 included)
+    const BoxIouPairwiseBackwardArgs args{n, m, batch, g.data_ptr(), {g.stride(0), g.stride(1), g.stride(2)},
+                                          b1.data_ptr(), b2.data_ptr(), grad1.data_ptr(), grad2.data_ptr()};
+    run_on_device(op, "boxes1", boxes1,
+                  [&](cudaStream_t stream) { launch_box_iou_pairwise_backward(params, args, dtype_of(type), stream); },
+                  [&] { run_box_iou_pairwise_backward_cpu(params, args, dtype_of(type), aten_parallel_for()); });
+  }
+  const auto full = [&](const at::Tensor& g, std::int64_t rows) {
+    Sizes shape = plan.batch;
+    shape.push_back(rows);
+    shape.push_back(4);
+    return g.view(shape);
+  };
+  return {box_grad(full(grad1, n), boxes1, type), box_grad(full(grad2, m), boxes2, type)};
 }
 
 at::Tensor box_iou_loss_forward(const at::Tensor& boxes1, const at::Tensor& boxes2, const BoxIouLossParams& params) {
@@ -265,7 +298,7 @@ std::tuple<at::Tensor, at::Tensor> box_iou_loss_backward(const at::Tensor& grad,
   const char* op = box_iou_loss_op_name(params.variant);
   const LossPlan plan = plan_loss(op, boxes1, boxes2);
   const at::ScalarType type = compute_type(op, boxes1, boxes2, true);
-  check_device(op, boxes1, boxes2);
+  check_same_device(op, "boxes1", boxes1, "boxes2", boxes2);
   check_same_device(op, "boxes1", boxes1, "grad", grad);
   const at::ScalarType loss_type = output_type(type);
   TORCH_CHECK_TYPE(grad.scalar_type() == loss_type, op, ": grad dtype (", grad.scalar_type(), ") must be the loss's dtype, ",
@@ -273,9 +306,6 @@ std::tuple<at::Tensor, at::Tensor> box_iou_loss_backward(const at::Tensor& grad,
   const std::int64_t n = plan.n;
   const bool reduce = params.reduction != LossReduction::kNone;
   check_loss_grad(op, grad, plan.loss_shape, reduce, reduction_name(params.reduction));
-  // Gradients in each box tensor's dtype (the compute dtype for non-floating boxes), boxes2's summed over
-  // the dimensions it was broadcast along.
-  const auto grad_type = [type](const at::Tensor& b) { return at::isFloatingType(b.scalar_type()) ? b.scalar_type() : type; };
   at::Tensor grad1 = at::empty({n, 4}, boxes1.options().dtype(type)), grad2 = at::empty({n, 4}, boxes1.options().dtype(type));
   if (n > 0) {
     const auto [b1, b2] = flat_pairs(boxes1, boxes2, n, type);
@@ -283,72 +313,40 @@ std::tuple<at::Tensor, at::Tensor> box_iou_loss_backward(const at::Tensor& grad,
     const double scale = params.reduction == LossReduction::kMean ? 1.0 / static_cast<double>(n) : 1.0;
     const BoxIouLossBackwardArgs args{n,           g.data_ptr(),  reduce ? 0 : g.stride(0), scale,
                                       b1.data_ptr(), b2.data_ptr(), grad1.data_ptr(),         grad2.data_ptr()};
-    if (boxes1.is_cuda()) {
-      c10::cuda::CUDAGuard guard(boxes1.device());
-      launch_box_iou_loss_backward(params, args, dtype_of(type), current_stream(boxes1));
-    } else {
-      run_box_iou_loss_backward_cpu(params, args, dtype_of(type), aten_parallel_for());
-    }
+    run_on_device(op, "boxes1", boxes1,
+                  [&](cudaStream_t stream) { launch_box_iou_loss_backward(params, args, dtype_of(type), stream); },
+                  [&] { run_box_iou_loss_backward_cpu(params, args, dtype_of(type), aten_parallel_for()); });
   }
-  c10::OptionalDeviceGuard guard(boxes1.device());
-  at::Tensor g1 = as_type(grad1.view(boxes1.sizes()), grad_type(boxes1));
-  at::Tensor g2 = grad2.view(boxes1.sizes());
-  if (boxes2.sizes() != boxes1.sizes()) g2 = at::sum_to(g2, boxes2.sizes());
-  return {g1, as_type(g2, grad_type(boxes2))};
+  // Gradients in each box tensor's dtype, boxes2's summed over the dimensions it was broadcast along.
+  return {box_grad(grad1.view(boxes1.sizes()), boxes1, type), box_grad(grad2.view(boxes1.sizes()), boxes2, type)};
 }
 
 namespace {
 
-// Schema-facing kernels (CPU and CUDA).
-at::Tensor box_iou_kernel(const at::Tensor& boxes1, const at::Tensor& boxes2) {
-  return box_iou_pairwise(boxes1, boxes2, BoxIouParams{BoxIouVariant::kIoU});
-}
-at::Tensor generalized_box_iou_kernel(const at::Tensor& boxes1, const at::Tensor& boxes2) {
-  return box_iou_pairwise(boxes1, boxes2, BoxIouParams{BoxIouVariant::kGIoU});
-}
-at::Tensor distance_box_iou_kernel(const at::Tensor& boxes1, const at::Tensor& boxes2, double eps) {
-  return box_iou_pairwise(boxes1, boxes2, BoxIouParams{BoxIouVariant::kDIoU, eps});
-}
-at::Tensor complete_box_iou_kernel(const at::Tensor& boxes1, const at::Tensor& boxes2, double eps) {
-  return box_iou_pairwise(boxes1, boxes2, BoxIouParams{BoxIouVariant::kCIoU, eps});
-}
-
-template <BoxIouVariant V>
-at::Tensor loss_kernel(const at::Tensor& boxes1, const at::Tensor& boxes2, c10::string_view reduction, double eps) {
-  return box_iou_loss_forward(boxes1, boxes2, make_box_iou_loss_params(V, std::string(reduction), eps));
-}
-
-std::tuple<at::Tensor, at::Tensor> loss_backward_kernel(const at::Tensor& grad, const at::Tensor& boxes1,
-                                                        const at::Tensor& boxes2, c10::string_view variant,
-                                                        c10::string_view reduction, double eps) {
-  const BoxIouVariant v = parse_box_iou_variant(std::string(variant), "_box_iou_loss_backward");
-  return box_iou_loss_backward(grad, boxes1, boxes2, make_box_iou_loss_params(v, std::string(reduction), eps));
-}
-
 // Shape-only implementations for meta tensors (torch.compile's fake tensors): the same shape and dtype
 // rules (and checks) as the CPU and CUDA kernels.
-at::Tensor pairwise_meta(BoxIouVariant v, const at::Tensor& boxes1, const at::Tensor& boxes2) {
-  const char* op = box_iou_pairwise_op_name(v);
+at::Tensor pairwise_meta(const at::Tensor& boxes1, const at::Tensor& boxes2, const BoxIouParams& p) {
+  const char* op = box_iou_pairwise_op_name(p.variant);
   const PairwisePlan plan = plan_pairwise(op, boxes1, boxes2);
-  const at::ScalarType type =
-      compute_type(op, boxes1, boxes2, v == BoxIouVariant::kDIoU || v == BoxIouVariant::kCIoU);
+  const at::ScalarType type = pairwise_type(op, boxes1, boxes2, p.variant);
   return at::empty(plan.out_shape, boxes1.options().dtype(output_type(type)));
 }
-at::Tensor box_iou_meta(const at::Tensor& b1, const at::Tensor& b2) { return pairwise_meta(BoxIouVariant::kIoU, b1, b2); }
-at::Tensor generalized_box_iou_meta(const at::Tensor& b1, const at::Tensor& b2) {
-  return pairwise_meta(BoxIouVariant::kGIoU, b1, b2);
-}
-at::Tensor distance_box_iou_meta(const at::Tensor& b1, const at::Tensor& b2, double) {
-  return pairwise_meta(BoxIouVariant::kDIoU, b1, b2);
-}
-at::Tensor complete_box_iou_meta(const at::Tensor& b1, const at::Tensor& b2, double) {
-  return pairwise_meta(BoxIouVariant::kCIoU, b1, b2);
+
+// Both box gradients: shaped like the boxes, in their grad_type.
+std::tuple<at::Tensor, at::Tensor> box_grads_meta(const at::Tensor& boxes1, const at::Tensor& boxes2, at::ScalarType type) {
+  return {at::empty(boxes1.sizes(), boxes1.options().dtype(grad_type(boxes1, type))),
+          at::empty(boxes2.sizes(), boxes2.options().dtype(grad_type(boxes2, type)))};
 }
 
-template <BoxIouVariant V>
-at::Tensor loss_meta(const at::Tensor& boxes1, const at::Tensor& boxes2, c10::string_view reduction, double eps) {
-  const char* op = box_iou_loss_op_name(V);
-  const BoxIouLossParams p = make_box_iou_loss_params(V, std::string(reduction), eps);
+std::tuple<at::Tensor, at::Tensor> pairwise_backward_meta(const at::Tensor&, const at::Tensor& boxes1,
+                                                          const at::Tensor& boxes2, const BoxIouParams& p) {
+  const char* op = box_iou_pairwise_op_name(p.variant);
+  (void)plan_pairwise(op, boxes1, boxes2);
+  return box_grads_meta(boxes1, boxes2, pairwise_type(op, boxes1, boxes2, p.variant));
+}
+
+at::Tensor loss_meta(const at::Tensor& boxes1, const at::Tensor& boxes2, const BoxIouLossParams& p) {
+  const char* op = box_iou_loss_op_name(p.variant);
   const LossPlan plan = plan_loss(op, boxes1, boxes2);
   const at::TensorOptions options = boxes1.options().dtype(output_type(compute_type(op, boxes1, boxes2, true)));
   if (p.reduction == LossReduction::kNone) return at::empty(plan.loss_shape, options);
@@ -356,118 +354,142 @@ at::Tensor loss_meta(const at::Tensor& boxes1, const at::Tensor& boxes2, c10::st
 }
 
 std::tuple<at::Tensor, at::Tensor> loss_backward_meta(const at::Tensor&, const at::Tensor& boxes1,
-                                                      const at::Tensor& boxes2, c10::string_view, c10::string_view,
-                                                      double) {
-  const at::ScalarType type = compute_type("_box_iou_loss_backward", boxes1, boxes2, true);
-  const auto options = [type](const at::Tensor& b) {
-    return b.options().dtype(at::isFloatingType(b.scalar_type()) ? b.scalar_type() : type);
-  };
-  return {at::empty(boxes1.sizes(), options(boxes1)), at::empty(boxes2.sizes(), options(boxes2))};
+                                                      const at::Tensor& boxes2, const BoxIouLossParams&) {
+  return box_grads_meta(boxes1, boxes2, compute_type("_box_iou_loss_backward", boxes1, boxes2, true));
 }
 
-using opkit::AutogradContext;
-using opkit::variable_list;
+// The schema arguments -> Params.
+template <BoxIouVariant V>
+BoxIouParams pairwise_params(double eps, bool defined_degenerate) {
+  return {V, eps, defined_degenerate};
+}
+template <BoxIouVariant V>
+BoxIouParams pairwise_params_default_eps(bool defined_degenerate) {
+  return {V, BoxIouParams{}.eps, defined_degenerate};
+}
+BoxIouParams pairwise_backward_params(const std::string& variant, double eps, bool defined_degenerate) {
+  return {parse_box_iou_variant(variant, "_box_iou_pairwise_backward"), eps, defined_degenerate};
+}
+template <BoxIouVariant V>
+BoxIouLossParams loss_params(const std::string& reduction, double eps, bool defined_degenerate) {
+  return make_box_iou_loss_params(V, reduction, eps, defined_degenerate);
+}
+BoxIouLossParams loss_backward_params(const std::string& variant, const std::string& reduction, double eps,
+                                      bool defined_degenerate) {
+  return make_box_iou_loss_params(parse_box_iou_variant(variant, "_box_iou_loss_backward"), reduction, eps,
+                                  defined_degenerate);
+}
 
-// The pairwise ops are forward only: an output that requires grad carries a node that refuses the
-// backward with a clear message, instead of silently giving no gradient.
-template <BoxIouVariant V, typename... Eps>
-class PairwiseFunction : public torch::autograd::Function<PairwiseFunction<V, Eps...>> {
- public:
-  static variable_list forward(AutogradContext*, const at::Tensor& boxes1, const at::Tensor& boxes2, Eps... eps) {
-    static const auto op = find_typed_op<at::Tensor(const at::Tensor&, const at::Tensor&, Eps...)>(
-        (std::string("detops::") + box_iou_pairwise_op_name(V)).c_str());
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return {op.call(boxes1, boxes2, eps...)};
-  }
-  static variable_list backward(AutogradContext*, const variable_list&) {
-    TORCH_CHECK(false, box_iou_pairwise_op_name(V),
-                ": the pairwise box IoU ops are forward only (no backward); for gradients use the element-wise "
-                "losses iou_loss, generalized_box_iou_loss, distance_box_iou_loss or complete_box_iou_loss");
+using opkit::Field;
+using opkit::Tensor;
+using P = BoxIouParams;
+using LP = BoxIouLossParams;
+using Variant = opkit::Str<&P::variant, &box_iou_variant_name>;
+using Defined = Field<&P::defined_degenerate>;
+using LossDefined = Field<&LP::defined_degenerate>;
+using LossVariant = opkit::Str<&LP::variant, &box_iou_variant_name>;
+using Reduction = opkit::Str<&LP::reduction, &reduction_name<LossReduction>>;
+
+// A forward of (boxes1, boxes2, scalars...) whose backward op gives both boxes' gradients as
+// Backward(grad, boxes1, boxes2, params).
+template <typename Params, typename Backward>
+struct BothBoxesGrad : opkit::OpDef<Params> {
+  static constexpr opkit::Autograd kAutograd = opkit::Autograd::kFunction;
+  static opkit::TensorList saved(const opkit::TensorList& inputs, const opkit::TensorList&) { return inputs; }
+  static opkit::variable_list backward(const opkit::Saved<Params>& s, const opkit::variable_list& grads) {
+    auto [g1, g2] = opkit::call<Backward>({grads[0], s.tensors[0], s.tensors[1]}, s.params);
+    return {g1, g2};
   }
 };
 
-template <BoxIouVariant V, typename... Eps>
-at::Tensor pairwise_autograd(const at::Tensor& b1, const at::Tensor& b2, Eps... eps) {
-  return PairwiseFunction<V, Eps...>::apply(b1, b2, eps...)[0];
-}
+template <typename Params>
+struct BackwardDef : opkit::OpDef<Params> {  // differentiable once
+  using Returns = std::tuple<at::Tensor, at::Tensor>;
+  static constexpr opkit::Autograd kAutograd = opkit::Autograd::kOnce;
+};
 
-using LossSchema = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, double);
-using LossBackwardSchema = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                              c10::string_view, c10::string_view, double);
+struct PairwiseBackward : BackwardDef<P> {
+  static constexpr const char* kSchema =
+      "_box_iou_pairwise_backward(Tensor grad, Tensor boxes1, Tensor boxes2, str variant, float eps, "
+      "bool defined_degenerate=False) -> (Tensor, Tensor)";
+  using Args = opkit::Args<Tensor, Tensor, Tensor, Variant, Field<&P::eps>, Defined>;
+  static constexpr auto kMakeParams = &pairwise_backward_params;
+  static constexpr auto kCompute = &box_iou_pairwise_backward;
+  static constexpr auto kMeta = &pairwise_backward_meta;
+  static constexpr const char* kOpName = "box IoU pairwise ops";
+};
 
-const c10::TypedOperatorHandle<LossBackwardSchema>& loss_backward_op() {
-  static const auto op = find_typed_op<LossBackwardSchema>("detops::_box_iou_loss_backward");
-  return op;
-}
+struct Pairwise : BothBoxesGrad<P, PairwiseBackward> {
+  static constexpr auto kCompute = &box_iou_pairwise;
+  static constexpr auto kMeta = &pairwise_meta;
+};
 
-// The losses' autograd: the op runs below autograd (and validates its arguments); its Params are then
-// saved whole for the backward, which calls _box_iou_loss_backward with them.
-template <BoxIouVariant V>
-class LossFunction : public torch::autograd::Function<LossFunction<V>> {
- public:
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& boxes1, const at::Tensor& boxes2,
-                               c10::string_view reduction, double eps) {
-    static const auto op =
-        find_typed_op<LossSchema>((std::string("detops::") + box_iou_loss_op_name(V)).c_str());
-    ctx->save_for_backward({boxes1, boxes2});
-    at::AutoDispatchBelowADInplaceOrView guard;
-    at::Tensor loss = op.call(boxes1, boxes2, reduction, eps);
-    opkit::save_params(ctx, make_box_iou_loss_params(V, std::string(reduction), eps));
-    return {loss};
-  }
+// DetOps' rule for degenerate boxes is an explicit keyword; the default is torchvision's.
+#define DETOPS_DEFINED_DEGENERATE "*, bool defined_degenerate=False) -> Tensor"
+struct BoxIou : Pairwise {
+  static constexpr const char* kSchema = "box_iou(Tensor boxes1, Tensor boxes2, " DETOPS_DEFINED_DEGENERATE;
+  using Args = opkit::Args<Tensor, Tensor, Defined>;
+  static constexpr auto kMakeParams = &pairwise_params_default_eps<BoxIouVariant::kIoU>;
+};
+struct GeneralizedBoxIou : Pairwise {
+  static constexpr const char* kSchema = "generalized_box_iou(Tensor boxes1, Tensor boxes2, " DETOPS_DEFINED_DEGENERATE;
+  using Args = opkit::Args<Tensor, Tensor, Defined>;
+  static constexpr auto kMakeParams = &pairwise_params_default_eps<BoxIouVariant::kGIoU>;
+};
+struct DistanceBoxIou : Pairwise {
+  static constexpr const char* kSchema =
+      "distance_box_iou(Tensor boxes1, Tensor boxes2, float eps=1e-07, " DETOPS_DEFINED_DEGENERATE;
+  using Args = opkit::Args<Tensor, Tensor, Field<&P::eps>, Defined>;
+  static constexpr auto kMakeParams = &pairwise_params<BoxIouVariant::kDIoU>;
+};
+struct CompleteBoxIou : Pairwise {
+  static constexpr const char* kSchema =
+      "complete_box_iou(Tensor boxes1, Tensor boxes2, float eps=1e-07, " DETOPS_DEFINED_DEGENERATE;
+  using Args = opkit::Args<Tensor, Tensor, Field<&P::eps>, Defined>;
+  static constexpr auto kMakeParams = &pairwise_params<BoxIouVariant::kCIoU>;
+};
 
-  static variable_list backward(AutogradContext* ctx, const variable_list& grad_output) {
-    const auto saved = ctx->get_saved_variables();
-    const auto p = opkit::saved_params<BoxIouLossParams>(ctx);
-    auto [g1, g2] = loss_backward_op().call(grad_output[0], saved[0], saved[1], box_iou_variant_name(V),
-                                            reduction_name(p.reduction), p.eps);
-    return {g1, g2, at::Tensor(), at::Tensor()};
-  }
+struct LossBackward : BackwardDef<LP> {
+  static constexpr const char* kSchema =
+      "_box_iou_loss_backward(Tensor grad, Tensor boxes1, Tensor boxes2, str variant, str reduction, float eps, "
+      "bool defined_degenerate=False) -> (Tensor, Tensor)";
+  using Args = opkit::Args<Tensor, Tensor, Tensor, LossVariant, Reduction, Field<&LP::eps>, LossDefined>;
+  static constexpr auto kMakeParams = &loss_backward_params;
+  static constexpr auto kCompute = &box_iou_loss_backward;
+  static constexpr auto kMeta = &loss_backward_meta;
+  static constexpr const char* kOpName = "box IoU losses";
 };
 
 template <BoxIouVariant V>
-at::Tensor loss_autograd(const at::Tensor& boxes1, const at::Tensor& boxes2, c10::string_view reduction, double eps) {
-  return LossFunction<V>::apply(boxes1, boxes2, reduction, eps)[0];
-}
+struct Loss : BothBoxesGrad<LP, LossBackward> {
+  using Args = opkit::Args<Tensor, Tensor, Reduction, Field<&LP::eps>, LossDefined>;
+  static constexpr auto kMakeParams = &loss_params<V>;
+  static constexpr auto kCompute = &box_iou_loss_forward;
+  static constexpr auto kMeta = &loss_meta;
+};
 
-// The backward op is itself differentiable only once: its own backward (double backward) is refused.
-std::tuple<at::Tensor, at::Tensor> loss_backward_autograd(const at::Tensor& grad, const at::Tensor& boxes1,
-                                                          const at::Tensor& boxes2, c10::string_view variant,
-                                                          c10::string_view reduction, double eps) {
-  return opkit::DifferentiableOnce<LossBackwardSchema>::run(loss_backward_op(), "box IoU losses", grad, boxes1, boxes2,
-                                                            variant, reduction, eps);
-}
-
-template <BoxIouVariant V>
-void define_loss(torch::Library& m, const char* schema) {
-  opkit::define_raw<LossSchema>(m, schema, &loss_kernel<V>, &loss_meta<V>, &loss_autograd<V>);
-}
+#define DETOPS_BOX_IOU_LOSS_SCHEMA(name) \
+  #name "(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07, " DETOPS_DEFINED_DEGENERATE
+struct IouLoss : Loss<BoxIouVariant::kIoU> {
+  static constexpr const char* kSchema = DETOPS_BOX_IOU_LOSS_SCHEMA(iou_loss);
+};
+struct GeneralizedBoxIouLoss : Loss<BoxIouVariant::kGIoU> {
+  static constexpr const char* kSchema = DETOPS_BOX_IOU_LOSS_SCHEMA(generalized_box_iou_loss);
+};
+struct DistanceBoxIouLoss : Loss<BoxIouVariant::kDIoU> {
+  static constexpr const char* kSchema = DETOPS_BOX_IOU_LOSS_SCHEMA(distance_box_iou_loss);
+};
+struct CompleteBoxIouLoss : Loss<BoxIouVariant::kCIoU> {
+  static constexpr const char* kSchema = DETOPS_BOX_IOU_LOSS_SCHEMA(complete_box_iou_loss);
+};
+#undef DETOPS_BOX_IOU_LOSS_SCHEMA
+#undef DETOPS_DEFINED_DEGENERATE
 
 }  // namespace
 }  // namespace detops
 
 TORCH_LIBRARY_FRAGMENT(detops, m) {
   using namespace detops;
-  using V = BoxIouVariant;
-  using Pair = at::Tensor(const at::Tensor&, const at::Tensor&);
-  using PairEps = at::Tensor(const at::Tensor&, const at::Tensor&, double);
-  opkit::define_raw<Pair>(m, "box_iou(Tensor boxes1, Tensor boxes2) -> Tensor", &box_iou_kernel, &box_iou_meta,
-                          &pairwise_autograd<V::kIoU>);
-  opkit::define_raw<Pair>(m, "generalized_box_iou(Tensor boxes1, Tensor boxes2) -> Tensor", &generalized_box_iou_kernel,
-                          &generalized_box_iou_meta, &pairwise_autograd<V::kGIoU>);
-  opkit::define_raw<PairEps>(m, "distance_box_iou(Tensor boxes1, Tensor boxes2, float eps=1e-07) -> Tensor",
-                             &distance_box_iou_kernel, &distance_box_iou_meta, &pairwise_autograd<V::kDIoU, double>);
-  opkit::define_raw<PairEps>(m, "complete_box_iou(Tensor boxes1, Tensor boxes2, float eps=1e-07) -> Tensor",
-                             &complete_box_iou_kernel, &complete_box_iou_meta, &pairwise_autograd<V::kCIoU, double>);
-  define_loss<V::kIoU>(m, "iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
-  define_loss<V::kGIoU>(
-      m, "generalized_box_iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
-  define_loss<V::kDIoU>(
-      m, "distance_box_iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
-  define_loss<V::kCIoU>(
-      m, "complete_box_iou_loss(Tensor boxes1, Tensor boxes2, str reduction=\"none\", float eps=1e-07) -> Tensor");
-  opkit::define_raw<LossBackwardSchema>(m,
-                                        "_box_iou_loss_backward(Tensor grad, Tensor boxes1, Tensor boxes2, str variant, "
-                                        "str reduction, float eps) -> (Tensor, Tensor)",
-                                        &loss_backward_kernel, &loss_backward_meta, &loss_backward_autograd);
+  opkit::define<BoxIou, GeneralizedBoxIou, DistanceBoxIou, CompleteBoxIou, PairwiseBackward, IouLoss,
+                GeneralizedBoxIouLoss, DistanceBoxIouLoss, CompleteBoxIouLoss, LossBackward>(m);
 }

@@ -1,7 +1,7 @@
 #pragma once
 // C++ entry points of the box IoU torch ops (no autograd): what torch.ops.detops.{box_iou,
-// generalized_box_iou, distance_box_iou, complete_box_iou} and the *_loss ops run on CPU and CUDA
-// tensors. The harness calls these directly.
+// generalized_box_iou, distance_box_iou, complete_box_iou}, the *_loss ops and their backward ops run on
+// CPU and CUDA tensors. The harness calls these directly.
 #include <ATen/core/Tensor.h>
 
 #include <string>
@@ -19,6 +19,12 @@ namespace detops {
 // any strides, one device -> [..., N, M] contiguous.
 at::Tensor box_iou_pairwise(const at::Tensor& boxes1, const at::Tensor& boxes2, const BoxIouParams& params);
 
+// grad shaped like the pairwise output [..., N, M] and of its dtype (any strides, stride 0 included) ->
+// (grad_boxes1, grad_boxes2) shaped like boxes1 and boxes2, each summed over the dimensions it was broadcast
+// along: torchvision's autograd through its pairwise formulas (docs/ops/box_iou.md, Backward).
+std::tuple<at::Tensor, at::Tensor> box_iou_pairwise_backward(const at::Tensor& grad, const at::Tensor& boxes1,
+                                                             const at::Tensor& boxes2, const BoxIouParams& params);
+
 // boxes1 [..., 4] and boxes2 broadcastable to boxes1's shape -> the per-pair losses shaped like boxes1
 // without its last dimension (reduction 'none') or their mean or sum as a 0-d tensor.
 at::Tensor box_iou_loss_forward(const at::Tensor& boxes1, const at::Tensor& boxes2, const BoxIouLossParams& params);
@@ -35,13 +41,14 @@ at::Tensor complete_box_iou_loss_alpha_at(const at::Tensor& boxes1, const at::Te
                                           const at::Tensor& alpha_boxes1, const at::Tensor& alpha_boxes2,
                                           const BoxIouLossParams& params);
 
-// The variant names of _box_iou_loss_backward: 'iou' | 'giou' | 'diou' | 'ciou' (ValueError otherwise,
+// The variant names of _box_iou_pairwise_backward and _box_iou_loss_backward: 'iou' | 'giou' | 'diou' | 'ciou' (ValueError otherwise,
 // naming `op`). The reduction is parsed by parse_reduction<LossReduction> (common/torch_utils.h).
 BoxIouVariant parse_box_iou_variant(const std::string& variant, const char* op);
 const char* box_iou_variant_name(BoxIouVariant variant);
 
 // Loss params from the schema's arguments: the reduction string parsed (torchvision's ValueError
 // otherwise); eps taken as it is (any float, as torchvision).
-BoxIouLossParams make_box_iou_loss_params(BoxIouVariant variant, const std::string& reduction, double eps);
+BoxIouLossParams make_box_iou_loss_params(BoxIouVariant variant, const std::string& reduction, double eps,
+                                          bool defined_degenerate = false);
 
 }  // namespace detops

@@ -76,13 +76,21 @@ struct NoCheck {
   void operator()() const {}
 };
 
+// Whether a pooled size of 0 is accepted (an empty output, as torchvision's roi_align and roi_pool give) or
+// refused (torchvision's PS-RoI ops divide by it and crash; PrRoIPool follows them).
+enum class EmptyGrid : bool { kRefused, kAccepted };
+
 // The params checks the RoI ops share (fields pooled_height, pooled_width, spatial_scale), in this order:
-// a positive pooled grid, then after_grid() (an op's bound on the grid), then a positive finite scale.
+// the pooled grid (positive, or non-negative with EmptyGrid::kAccepted), then after_grid() (an op's bound on
+// the grid), then a positive finite scale.
 template <typename P, typename AfterGrid = NoCheck>
-void check_roi_pooling_params(const char* op, const P& p, AfterGrid&& after_grid = {}) {
-  // RuntimeError, as torchvision's for a negative size (it returns an empty tensor for 0; DetOps refuses it).
-  TORCH_CHECK(p.pooled_height > 0, op, ": pooled_height must be positive; got ", p.pooled_height);
-  TORCH_CHECK(p.pooled_width > 0, op, ": pooled_width must be positive; got ", p.pooled_width);
+void check_roi_pooling_params(const char* op, const P& p, AfterGrid&& after_grid = {},
+                              EmptyGrid empty_grid = EmptyGrid::kRefused) {
+  // RuntimeError, as torchvision's for a negative size.
+  const std::int64_t least = empty_grid == EmptyGrid::kAccepted ? 0 : 1;
+  const char* what = empty_grid == EmptyGrid::kAccepted ? "non-negative" : "positive";
+  TORCH_CHECK(p.pooled_height >= least, op, ": pooled_height must be ", what, "; got ", p.pooled_height);
+  TORCH_CHECK(p.pooled_width >= least, op, ": pooled_width must be ", what, "; got ", p.pooled_width);
   after_grid();
   TORCH_CHECK_VALUE(std::isfinite(p.spatial_scale) && p.spatial_scale > 0, op,
                     ": spatial_scale must be a positive finite number; got ", p.spatial_scale);
@@ -123,7 +131,7 @@ DType check_roi_backward(const char* op, const at::Tensor& grad, const at::Tenso
   before_params();
   check_params();
   for (std::int64_t d : input_shape) {
-    TORCH_CHECK_VALUE(d >= 0, op, ": input shape for the backward must be non-negative; got ",
+    TORCH_CHECK(d >= 0, op, ": input shape for the backward must be non-negative; got ",
                       shape_string(input_shape));
   }
   return dtype;

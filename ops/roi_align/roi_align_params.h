@@ -7,7 +7,7 @@ namespace detops {
 
 struct RoiAlignParams {
   double spatial_scale = 1.0;       // maps roi coordinates (input-image space) onto the feature map
-  std::int64_t pooled_height = 1;   // output bins per roi, > 0
+  std::int64_t pooled_height = 1;   // output bins per roi, >= 0 (0: an empty output)
   std::int64_t pooled_width = 1;
   std::int64_t sampling_ratio = -1; // > 0: that many samples per bin side; <= 0: adaptive ceil(roi/pooled)
   bool aligned = false;             // true: subtract 0.5 from scaled coordinates (pixel centers)

@@ -13,7 +13,7 @@ namespace {
 constexpr const char* kOp = "roi_align";
 
 void check_params(const RoiAlignParams& p) {
-  check_roi_pooling_params(kOp, p);
+  check_roi_pooling_params(kOp, p, NoCheck{}, EmptyGrid::kAccepted);
   TORCH_CHECK_VALUE(p.sampling_ratio <= kRoiAlignMaxSamplingGrid, kOp, ": sampling_ratio must be <= ",
                     kRoiAlignMaxSamplingGrid, " (or <= 0 for an adaptive grid); got ", p.sampling_ratio);
 }

@@ -23,7 +23,8 @@ void run_roi_pool_forward_cpu(const RoiPoolParams& params, const RoiPoolForwardA
                       for (std::int64_t pw = 0; pw < params.pooled_width; ++pw) {
                         const RoiPoolBin bin = roi_pool_bin(g, ph, pw, f.s.height, f.s.width);
                         for (std::int64_t c = 0; c < f.s.channels; ++c) {
-                          const RoiPoolMax<Acc> m = roi_pool_bin_max<T, Acc>(bin, f.plane(g.batch, c), f.s.width);
+                          const RoiPoolMax<Acc> m =
+                              roi_pool_bin_max<T, Acc>(bin, f.plane(g.batch, c), f.s.width, params.exact_max);
                           const std::int64_t o = c * bins + ph * params.pooled_width + pw;
                           out[o] = from_acc<T>(m.value);
                           arg[o] = static_cast<std::int32_t>(m.index);

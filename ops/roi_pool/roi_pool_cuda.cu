@@ -46,7 +46,8 @@ __global__ void roi_pool_forward_kernel(RoiPoolParams p, RoiPoolShape s, const T
       return report_first_invalid(first_invalid_roi, k);
     }
     const T* plane = input + (g.batch * s.channels + c) * s.height * s.width;
-    const RoiPoolMax<Acc> m = roi_pool_bin_max<T, Acc>(roi_pool_bin(g, ph, pw, s.height, s.width), plane, s.width);
+    const RoiPoolMax<Acc> m = roi_pool_bin_max<T, Acc>(roi_pool_bin(g, ph, pw, s.height, s.width), plane, s.width,
+                                                        p.exact_max);
     output[i] = from_acc<T>(m.value);
     argmax[i] = static_cast<std::int32_t>(m.index);
   });

@@ -76,21 +76,27 @@ DETOPS_HD RoiPoolBin roi_pool_bin(const RoiPoolGeometry<Acc>& g, std::int64_t ph
 template <typename Acc>
 struct RoiPoolMax {
   Acc value = 0;
-  std::int64_t index = -1;  // h * width + w within the plane; -1 for an empty or all-NaN bin
+  std::int64_t index = -1;  // h * width + w within the plane; -1 for an empty bin or one without a max
 };
 
-// The max of one bin of an H x W plane, scanned row by row. The first non-NaN value is taken, then a
-// value replaces the max only if strictly greater, so ties keep the first maximum and NaNs never win.
-// Empty bin: value 0, index -1. Non-empty bin of NaNs only: value NaN, index -1.
+// The max of one bin of an H x W plane, scanned row by row: a value replaces the max only if strictly
+// greater, so ties keep the first maximum and NaNs never win. Empty bin: value 0, index -1. The start:
+// - exact_max false (torchvision's): -FLT_MAX with index -1. A bin with nothing above it (NaN, -inf or, in
+//   fp64, values <= -FLT_MAX only) keeps value -FLT_MAX (the caller's from_acc<T> rounds it to -inf for
+//   fp16 and bf16, as torchvision's T(-FLT_MAX)) and index -1. Every fp16 / bf16 value above -inf is
+//   above -FLT_MAX, so comparing in Acc picks the elements torchvision's comparison in T picks.
+// - exact_max true: -inf; a bin with nothing above -inf then takes its first -inf, or, for NaNs only,
+//   reports value NaN with index -1.
 template <typename T, typename Acc>
-DETOPS_HD RoiPoolMax<Acc> roi_pool_bin_max(const RoiPoolBin& b, const T* plane, std::int64_t width) {
+DETOPS_HD RoiPoolMax<Acc> roi_pool_bin_max(const RoiPoolBin& b, const T* plane, std::int64_t width, bool exact_max) {
   RoiPoolMax<Acc> m;
   if (b.empty()) return m;
   // The binding limits a plane to < 2^31 elements (argmax is int32, as in torchvision), so the scan,
   // the hot loop, runs in 32-bit arithmetic with one comparison per element.
   const int h0 = static_cast<int>(b.hstart), h1 = static_cast<int>(b.hend);
   const int w0 = static_cast<int>(b.wstart), w1 = static_cast<int>(b.wend), stride = static_cast<int>(width);
-  Acc best = -std::numeric_limits<Acc>::infinity();
+  const Acc lowest_float = -static_cast<Acc>(std::numeric_limits<float>::max());  // -FLT_MAX
+  Acc best = exact_max ? -std::numeric_limits<Acc>::infinity() : lowest_float;
   int best_i = -1;
   for (int h = h0; h < h1; ++h) {
     const int row = h * stride;
@@ -102,7 +108,7 @@ DETOPS_HD RoiPoolMax<Acc> roi_pool_bin_max(const RoiPoolBin& b, const T* plane, 
       }
     }
   }
-  if (best_i < 0) {
+  if (best_i < 0 && exact_max) {
     // Nothing above -inf: the bin holds only -inf and NaN. The first -inf is the maximum; a bin of NaN
     // alone has none (argmax -1) and reports its first element, a NaN.
     best = to_acc<Acc>(load_readonly(plane + h0 * stride + w0));

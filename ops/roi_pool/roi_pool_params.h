@@ -8,8 +8,15 @@ namespace detops {
 
 struct RoiPoolParams {
   double spatial_scale = 1.0;      // maps roi coordinates (input-image space) onto the feature map
-  std::int64_t pooled_height = 1;  // output bins per roi, > 0
+  std::int64_t pooled_height = 1;  // output bins per roi, >= 0 (0: an empty output)
   std::int64_t pooled_width = 1;
+  // How a non-empty bin's max starts (docs/ops/roi_pool.md, Definition).
+  // false (default, torchvision's answer): at -FLT_MAX with argmax -1, replaced only by a strictly greater
+  // value. A bin with nothing above -FLT_MAX (only NaN, -inf or, in fp64, values <= -FLT_MAX) gives
+  // -FLT_MAX in the input's dtype (-inf in fp16 and bf16) and argmax -1.
+  // true (DetOps's exact max): the largest non-NaN value, -inf and fp64 values below -FLT_MAX included,
+  // at its first position; a bin of NaNs only gives NaN with argmax -1.
+  bool exact_max = false;
 };
 
 // Scaled, rounded roi coordinates are clamped to [-limit, limit] before they become integers, so any

@@ -1,6 +1,7 @@
-// torch.ops.detops.roi_pool: schema, CPU and CUDA implementations, autograd. Same schema as
-// torch.ops.torchvision.roi_pool (argmax int32 included) so it can replace it unchanged. Declared with
-// the op kit (docs/op-kit.md).
+// torch.ops.detops.roi_pool: schema, CPU and CUDA implementations, autograd. torchvision's schema
+// (argmax int32 included) plus one keyword-only option, exact_max=False (roi_pool_params.h), so it replaces
+// torch.ops.torchvision.roi_pool unchanged; _roi_pool_backward is torchvision's as it is (the argmax
+// carries the mode). Declared with the op kit (docs/op-kit.md).
 #include "roi_pool/roi_pool_torch.h"
 
 #include <ATen/ops/empty.h>
@@ -46,7 +47,7 @@ void check_cpu_argmax(const at::Tensor& argmax_c, std::int64_t plane_elements) {
 
 std::tuple<at::Tensor, at::Tensor> roi_pool_forward(const at::Tensor& input, const at::Tensor& rois,
                                                     const RoiPoolParams& params) {
-  const DType dtype = check_roi_forward(kOp, input, rois, [&] { check_roi_pooling_params(kOp, params); });
+  const DType dtype = check_roi_forward(kOp, input, rois, [&] { check_roi_pooling_params(kOp, params, NoCheck{}, EmptyGrid::kAccepted); });
   const auto s = roi_shape<RoiPoolShape>(shape4(input), rois);
   check_map(s);
   at::Tensor output = at::empty(roi_output_shape(s, params), input.options());
@@ -61,14 +62,18 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward(const at::Tensor& input, con
 
 at::Tensor roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& argmax,
                              const RoiPoolParams& params, std::array<std::int64_t, 4> input_shape) {
-  const DType dtype = check_roi_backward(kOp, grad, rois, input_shape, NoCheck{}, [&] { check_roi_pooling_params(kOp, params); });
+  const DType dtype = check_roi_backward(kOp, grad, rois, input_shape, NoCheck{}, [&] { check_roi_pooling_params(kOp, params, NoCheck{}, EmptyGrid::kAccepted); });
   const auto s = roi_shape<RoiPoolShape>(input_shape, rois);
   check_map(s);
   const opkit::Shape expected = roi_output_shape(s, params);
+  // Error types are torchvision's where it refuses the call: IndexError for a grad of fewer than 4
+  // dimensions (its kernels read grad.stride(3)), RuntimeError for an argmax that is not int32.
+  TORCH_CHECK_INDEX(grad.dim() >= 4, kOp, ": grad must be a 4-D tensor [K, C, pooled_height, pooled_width]; got shape ",
+                    shape_string(grad.sizes()));
   check_roi_grad_shape(kOp, grad, expected);
   check_same_device(kOp, "grad", grad, "argmax", argmax);
-  TORCH_CHECK_TYPE(argmax.scalar_type() == at::kInt, kOp, ": argmax must be int32 (as roi_pool returns it); got ",
-                   argmax.scalar_type());
+  TORCH_CHECK(argmax.scalar_type() == at::kInt, kOp, ": argmax must be int32 (as roi_pool returns it); got ",
+              argmax.scalar_type());
   TORCH_CHECK_VALUE(argmax.sizes() == at::IntArrayRef(expected), kOp, ": argmax must have shape ",
                     shape_string(expected), " (the shape of grad); got ", shape_string(argmax.sizes()));
   at::Tensor grad_input_acc = zeros_acc(input_shape, grad);
@@ -127,10 +132,10 @@ struct Backward : RoiBackwardDef<P> {
 
 struct Forward : RoiForwardDef<P, Backward, std::tuple<at::Tensor, at::Tensor>> {
   static constexpr const char* kSchema =
-      "roi_pool(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width) "
-      "-> (Tensor, Tensor)";
+      "roi_pool(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, *, "
+      "bool exact_max=False) -> (Tensor, Tensor)";
   using Args = opkit::Args<Tensor, Tensor, Field<&P::spatial_scale>, Field<&P::pooled_height>,
-                           Field<&P::pooled_width>>;
+                           Field<&P::pooled_width>, Field<&P::exact_max>>;
   static constexpr auto kCompute = &roi_pool_forward;
   static constexpr auto kMeta = &roi_pool_meta;
 };

@@ -1,28 +1,103 @@
 #include "detops/reference/box_iou_reference.h"
 
-#include <unsupported/Eigen/AutoDiff>
-
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace detops::reference {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// A scalar that carries d/d(the 8 coordinates of one pair): boxes1[i] then boxes2[i], x1 y1 x2 y2 each.
-using Dual = Eigen::AutoDiffScalar<Eigen::Matrix<double, 8, 1>>;
+// ---------------------------------------------------------------------------------------------------
+// Reverse-mode automatic differentiation of one pair's value: a Wengert list. Each operation records its
+// operands and its local partial derivatives; the gradient then flows back from the output in reverse order
+// (each node's adjoint times each local partial, summed into its operands). The local partials are torch
+// autograd's: x / y gives 1 / y and -(x / y) / y, x * y gives y and x, atan(x) gives 1 / (x^2 + 1). So a
+// division by 0 gives what torch's backward gives (NaN, +-inf), and an operand that a max / min / clamp does
+// not pick gets nothing at all (torch's mask), not 0 times an adjoint.
+
+class Tape {
+ public:
+  void clear() { nodes_.clear(); }
+  int push(int a, double da, int b, double db) {
+    nodes_.push_back({a, b, da, db});
+    return static_cast<int>(nodes_.size()) - 1;
+  }
+  // d out / d node for every node, the output's adjoint seeded with `seed`. Only the output's ancestors
+  // pass theirs on (as in torch's graph): a value computed but not used leaves no trace, whatever its partials.
+  const std::vector<double>& adjoints(int out, double seed) {
+    adj_.assign(nodes_.size(), 0.0);
+    reached_.assign(nodes_.size(), 0);
+    adj_[out] = seed;
+    reached_[out] = 1;
+    for (int n = out; n >= 0; --n) {
+      if (!reached_[n]) continue;
+      const Node& e = nodes_[n];
+      if (e.a >= 0) {
+        adj_[e.a] += adj_[n] * e.da;
+        reached_[e.a] = 1;
+      }
+      if (e.b >= 0) {
+        adj_[e.b] += adj_[n] * e.db;
+        reached_[e.b] = 1;
+      }
+    }
+    return adj_;
+  }
+
+ private:
+  struct Node {
+    int a, b;  // operands (-1: none or a constant)
+    double da, db;
+  };
+  std::vector<Node> nodes_;
+  std::vector<double> adj_;
+  std::vector<char> reached_;
+};
+
+// A value on a tape (id >= 0) or a constant (id -1).
+struct Rev {
+  double v = 0.0;
+  int id = -1;
+  Tape* tape = nullptr;
+  Rev() = default;
+  Rev(double value) : v(value) {}  // NOLINT: constants convert implicitly, as in the templated code below
+  Rev(double value, int node, Tape* t) : v(value), id(node), tape(t) {}
+};
+
+Rev node(double value, const Rev& x, double dx, const Rev& y = Rev(), double dy = 0.0) {
+  Tape* t = x.tape != nullptr ? x.tape : y.tape;
+  if (t == nullptr) return Rev(value);
+  return Rev(value, t->push(x.id, dx, y.id, dy), t);
+}
+
+Rev operator+(const Rev& x, const Rev& y) { return node(x.v + y.v, x, 1.0, y, 1.0); }
+Rev operator-(const Rev& x, const Rev& y) { return node(x.v - y.v, x, 1.0, y, -1.0); }
+Rev operator*(const Rev& x, const Rev& y) { return node(x.v * y.v, x, y.v, y, x.v); }
+Rev operator/(const Rev& x, const Rev& y) { return node(x.v / y.v, x, 1.0 / y.v, y, -(x.v / y.v) / y.v); }
+bool operator>(const Rev& x, const Rev& y) { return x.v > y.v; }
+bool operator<(const Rev& x, const Rev& y) { return x.v < y.v; }
+Rev atan(const Rev& x) { return node(std::atan(x.v), x, 1.0 / (x.v * x.v + 1.0)); }
 
 double value_of(double x) { return x; }
-double value_of(const Dual& x) { return x.value(); }
+double value_of(const Rev& x) { return x.v; }
 
-// CIoU's aspect angle atan(w / h) (+-pi/2 for h = 0, w != 0); its derivative is (h dw - w dh) / (w^2 + h^2),
-// which stays finite at h = 0.
-double aspect_angle(double w, double h) { return std::atan(w / h); }
-Dual aspect_angle(const Dual& w, const Dual& h) {
-  const double wv = w.value(), hv = h.value();
-  return Dual(std::atan(wv / hv), (hv * w.derivatives() - wv * h.derivatives()) / (wv * wv + hv * hv));
+// CIoU's aspect angle atan(w / h) (+-pi/2 for h = 0, w != 0). Under DetOps' rule (`defined`) a box with w = h
+// = 0 has no aspect (the caller's v is 0), and the derivative is (h dw - w dh) / (w^2 + h^2), finite at h = 0;
+// torchvision's is atan's of w / h's (NaN at h = 0, and atan(0 / 0) is NaN).
+double aspect_angle(double w, double h, bool) { return std::atan(w / h); }
+Rev aspect_angle(const Rev& w, const Rev& h, bool defined) {
+  if (!defined) return atan(w / h);
+  const double r2 = w.v * w.v + h.v * h.v;
+  return node(std::atan(w.v / h.v), w, h.v / r2, h, -w.v / r2);
+}
+
+template <typename S>
+bool has_aspect(const S& w, const S& h, bool defined) {
+  return !(defined && value_of(w) == 0 && value_of(h) == 0);
 }
 
 // max and min; at a tie the value is the same and the derivative the mean of both (torch.maximum's rule).
@@ -40,11 +115,24 @@ S smaller(const S& a, const S& b) {
   return S((a + b) * 0.5);
 }
 
-// num / (den + eps), defined as 0 when den <= 0 (only degenerate boxes give den <= 0).
+// clamp(x, min=0) with torch's derivative, which passes where x >= 0.
 template <typename S>
-S ratio_or_zero(const S& num, const S& den, double eps) {
-  if (value_of(den) > 0) return S(num / (den + eps));
-  return S(0.0);
+S clamp0(const S& x) {
+  return value_of(x) >= 0 ? x : S(0.0);
+}
+
+// num / (den + eps) (torchvision), or under DetOps' rule (`defined`) 0 when den <= 0 (only degenerate boxes give
+// den <= 0). quotient: the same without eps (torchvision adds none there).
+template <typename S>
+S ratio(const S& num, const S& den, double eps, bool defined) {
+  if (defined && !(value_of(den) > 0)) return S(0.0);
+  return S(num / (den + eps));
+}
+
+template <typename S>
+S quotient(const S& num, const S& den, bool defined) {
+  if (defined && !(value_of(den) > 0)) return S(0.0);
+  return S(num / den);
 }
 
 template <typename S>
@@ -58,37 +146,66 @@ bool finite(const Box<double>& b) {
   return std::isfinite(b.x1) && std::isfinite(b.y1) && std::isfinite(b.x2) && std::isfinite(b.y2);
 }
 
-// The pieces of the losses for one pair, with `e` the eps of the union and diagonal denominators:
-//   iou       = inter / (union + e)                       inter only where both overlap extents are > 0
-//   penalty   = (c - union) / (c + e)                     c: enclosing area, extents not clamped
+// The pair's 8 coordinates as the leaves of a fresh tape (ids 0..7: boxes1's x1 y1 x2 y2, then boxes2's).
+std::pair<Box<Rev>, Box<Rev>> leaves(Tape& t, const Box<double>& a, const Box<double>& b) {
+  t.clear();
+  const auto leaf = [&t](double v) { return Rev(v, t.push(-1, 0.0, -1, 0.0), &t); };
+  Box<Rev> ra{leaf(a.x1), leaf(a.y1), leaf(a.x2), leaf(a.y2)};
+  Box<Rev> rb{leaf(b.x1), leaf(b.y1), leaf(b.x2), leaf(b.y2)};
+  return {ra, rb};
+}
+
+// The 8 partials of `out` (seeded with `seed`); 0 when out is a constant.
+void partials(Tape& t, const Rev& out, double seed, double (&d)[8]) {
+  if (out.id < 0) {
+    for (double& x : d) x = 0.0;
+    return;
+  }
+  const std::vector<double>& adj = t.adjoints(out.id, seed);
+  for (int k = 0; k < 8; ++k) d[k] = adj[k];
+}
+
+// The pieces of one pair, with `e` the eps of the diagonal denominator (and, for the losses, of the union and
+// enclosing-area denominators):
+//   iou       = inter / union (+ e for the losses)        intersection extents clamped at 0 (pairwise) or
+//                                                          inter 0 unless both are > 0 (losses' mask)
+//   penalty   = (c - union) / c (+ e for the losses)      c: enclosing area; pairwise extents clamped at 0
 //   distance  = rho^2 / (cw^2 + ch^2 + e)                 rho: distance between the centers
-// each 0 when its denominator without e is <= 0;
-//   v         = 4/pi^2 (atan(wb / hb) - atan(wa / ha))^2  0 when either box has w = h = 0
+//   v         = 4/pi^2 (atan(wa / ha) - atan(wb / hb))^2
+// each quotient 0 when its denominator without e is <= 0 and v 0 when a box has w = h = 0, under DetOps' rule.
 template <typename S>
-struct LossParts {
+struct Parts {
   S iou, penalty, distance, v;
 };
 
 template <typename S>
-LossParts<S> loss_parts(double e, const Box<S>& a, const Box<S>& b) {
+Parts<S> parts(bool pairwise, double e, bool defined, const Box<S>& a, const Box<S>& b) {
   const S wa = a.x2 - a.x1, ha = a.y2 - a.y1, wb = b.x2 - b.x1, hb = b.y2 - b.y1;
-  const S iw = smaller(a.x2, b.x2) - larger(a.x1, b.x1);
-  const S ih = smaller(a.y2, b.y2) - larger(a.y1, b.y1);
-  const S inter = (value_of(iw) > 0 && value_of(ih) > 0) ? S(iw * ih) : S(0.0);
+  S iw = smaller(a.x2, b.x2) - larger(a.x1, b.x1);
+  S ih = smaller(a.y2, b.y2) - larger(a.y1, b.y1);
+  S cw = larger(a.x2, b.x2) - smaller(a.x1, b.x1);
+  S ch = larger(a.y2, b.y2) - smaller(a.y1, b.y1);
+  S inter(0.0);
+  if (pairwise) {
+    iw = clamp0(iw);
+    ih = clamp0(ih);
+    cw = clamp0(cw);
+    ch = clamp0(ch);
+    inter = iw * ih;
+  } else if (value_of(iw) > 0 && value_of(ih) > 0) {
+    inter = iw * ih;
+  }
   const S uni = wa * ha + wb * hb - inter;
-  const S cw = larger(a.x2, b.x2) - smaller(a.x1, b.x1);
-  const S ch = larger(a.y2, b.y2) - smaller(a.y1, b.y1);
   const S c = cw * ch;
   const S dx = (a.x1 + a.x2) * 0.5 - (b.x1 + b.x2) * 0.5;
   const S dy = (a.y1 + a.y2) * 0.5 - (b.y1 + b.y2) * 0.5;
   const double pi = std::acos(-1.0);
-  const bool aspects = !(value_of(wa) == 0 && value_of(ha) == 0) && !(value_of(wb) == 0 && value_of(hb) == 0);
-  LossParts<S> p;
-  p.iou = ratio_or_zero(inter, uni, e);
-  p.penalty = ratio_or_zero(S(c - uni), c, e);
-  p.distance = ratio_or_zero(S(dx * dx + dy * dy), S(cw * cw + ch * ch), e);
-  if (aspects) {
-    const S dtheta = aspect_angle(wb, hb) - aspect_angle(wa, ha);
+  Parts<S> p;
+  p.iou = pairwise ? quotient(inter, uni, defined) : ratio(inter, uni, e, defined);
+  p.penalty = pairwise ? quotient(S(c - uni), c, defined) : ratio(S(c - uni), c, e, defined);
+  p.distance = ratio(S(dx * dx + dy * dy), S(cw * cw + ch * ch), e, defined);
+  if (has_aspect(wa, ha, defined) && has_aspect(wb, hb, defined)) {
+    const S dtheta = aspect_angle(wa, ha, defined) - aspect_angle(wb, hb, defined);
     p.v = S(dtheta * dtheta * (4.0 / (pi * pi)));
   } else {
     p.v = S(0.0);
@@ -96,24 +213,44 @@ LossParts<S> loss_parts(double e, const Box<S>& a, const Box<S>& b) {
   return p;
 }
 
-// The eps of the union and diagonal denominators: the loss's eps, except CIoU's fixed inner eps
+// The losses' eps of the union and diagonal denominators: the loss's eps, except CIoU's fixed inner eps
 // (torchvision's complete_box_iou_loss calls _diou_iou_loss without its eps).
 double inner_eps(const BoxIouLossParams& p) { return p.variant == BoxIouVariant::kCIoU ? kCiouLossInnerEps : p.eps; }
 
-// CIoU's alpha = v / (1 - iou + v + eps), a constant for the gradient.
+// CIoU's alpha = v / (1 - iou + v + eps), a constant for the gradient (0 when 1 - iou + v <= 0 under DetOps'
+// rule).
 double ciou_alpha(const BoxIouLossParams& p, const Box<double>& a, const Box<double>& b) {
-  const LossParts<double> q = loss_parts(inner_eps(p), a, b);
-  return ratio_or_zero(q.v, 1.0 - q.iou + q.v, p.eps);
+  const Parts<double> q = parts(false, inner_eps(p), p.defined_degenerate, a, b);
+  return ratio(q.v, 1.0 - q.iou + q.v, p.eps, p.defined_degenerate);
+}
+
+double pair_alpha(const BoxIouParams& p, const Box<double>& a, const Box<double>& b) {
+  const Parts<double> q = parts(true, p.eps, p.defined_degenerate, a, b);
+  return ratio(q.v, 1.0 - q.iou + q.v, p.eps, p.defined_degenerate);
 }
 
 template <typename S>
 S pair_loss(const BoxIouLossParams& p, const Box<S>& a, const Box<S>& b, double alpha) {
-  const LossParts<S> q = loss_parts(inner_eps(p), a, b);
+  const Parts<S> q = parts(false, inner_eps(p), p.defined_degenerate, a, b);
   switch (p.variant) {
     case BoxIouVariant::kIoU: return S(1.0 - q.iou);
-    case BoxIouVariant::kGIoU: return S(1.0 - q.iou + q.penalty);
+    case BoxIouVariant::kGIoU: return S(1.0 - (q.iou - q.penalty));
     case BoxIouVariant::kDIoU: return S(1.0 - q.iou + q.distance);
     case BoxIouVariant::kCIoU: return S(1.0 - q.iou + q.distance + q.v * alpha);
+  }
+  throw std::invalid_argument("box_iou reference: unknown variant");
+}
+
+// The pairwise values (torchvision's box_iou, generalized_box_iou, distance_box_iou, complete_box_iou) of one
+// pair; CIoU = iou - distance - alpha v with alpha a constant given by the caller.
+template <typename S>
+S pair_value(const BoxIouParams& p, const Box<S>& a, const Box<S>& b, double alpha) {
+  const Parts<S> q = parts(true, p.eps, p.defined_degenerate, a, b);
+  switch (p.variant) {
+    case BoxIouVariant::kIoU: return q.iou;
+    case BoxIouVariant::kGIoU: return S(q.iou - q.penalty);
+    case BoxIouVariant::kDIoU: return S(q.iou - q.distance);
+    case BoxIouVariant::kCIoU: return S(q.iou - q.distance - q.v * alpha);
   }
   throw std::invalid_argument("box_iou reference: unknown variant");
 }
@@ -129,48 +266,42 @@ void check_pair_shapes(const Matrixd& boxes1, const Matrixd& boxes2, bool same_r
 
 Matrixd box_iou_pairwise(const BoxIouParams& p, const Matrixd& boxes1, const Matrixd& boxes2) {
   check_pair_shapes(boxes1, boxes2, false);
-  const double pi = std::acos(-1.0);
   Matrixd out(boxes1.rows(), boxes2.rows());
   for (Eigen::Index i = 0; i < boxes1.rows(); ++i) {
-    const Box<double> a = box_row(boxes1, i);
     for (Eigen::Index j = 0; j < boxes2.rows(); ++j) {
-      const Box<double> b = box_row(boxes2, j);
-      if (!finite(a) || !finite(b)) {
-        out(i, j) = kNaN;
-        continue;
-      }
-      const double wa = a.x2 - a.x1, ha = a.y2 - a.y1, wb = b.x2 - b.x1, hb = b.y2 - b.y1;
-      // Intersection: its extents clamped at 0 (torchvision's pairwise ops).
-      const double iw = std::max(0.0, std::min(a.x2, b.x2) - std::max(a.x1, b.x1));
-      const double ih = std::max(0.0, std::min(a.y2, b.y2) - std::max(a.y1, b.y1));
-      const double inter = iw * ih;
-      const double uni = wa * ha + wb * hb - inter;
-      const double iou = uni > 0 ? inter / uni : 0.0;
-      // The enclosing box, its extents clamped at 0 as well.
-      const double cw = std::max(0.0, std::max(a.x2, b.x2) - std::min(a.x1, b.x1));
-      const double ch = std::max(0.0, std::max(a.y2, b.y2) - std::min(a.y1, b.y1));
-      const double rho2 = std::pow((a.x1 + a.x2) / 2 - (b.x1 + b.x2) / 2, 2) + std::pow((a.y1 + a.y2) / 2 - (b.y1 + b.y2) / 2, 2);
-      const double diag = cw * cw + ch * ch;
-      const double diou = iou - (diag > 0 ? rho2 / (diag + p.eps) : 0.0);
-      switch (p.variant) {
-        case BoxIouVariant::kIoU: out(i, j) = iou; break;
-        case BoxIouVariant::kGIoU: {
-          const double c = cw * ch;
-          out(i, j) = iou - (c > 0 ? (c - uni) / c : 0.0);
-          break;
-        }
-        case BoxIouVariant::kDIoU: out(i, j) = diou; break;
-        case BoxIouVariant::kCIoU: {
-          const bool aspects = !(wa == 0 && ha == 0) && !(wb == 0 && hb == 0);
-          const double v = aspects ? 4 / (pi * pi) * std::pow(std::atan(wa / ha) - std::atan(wb / hb), 2) : 0.0;
-          const double den = 1 - iou + v;
-          out(i, j) = diou - (den > 0 ? v / (den + p.eps) : 0.0) * v;
-          break;
-        }
-      }
+      const Box<double> a = box_row(boxes1, i), b = box_row(boxes2, j);
+      out(i, j) = finite(a) && finite(b) ? pair_value(p, a, b, pair_alpha(p, a, b)) : kNaN;
     }
   }
   return out;
+}
+
+BoxIouGrads box_iou_pairwise_backward(const BoxIouParams& p, const Matrixd& boxes1, const Matrixd& boxes2,
+                                      const Matrixd& grad) {
+  check_pair_shapes(boxes1, boxes2, false);
+  if (grad.rows() != boxes1.rows() || grad.cols() != boxes2.rows()) {
+    throw std::invalid_argument("box_iou reference: grad must be [N, M]");
+  }
+  BoxIouGrads g{Matrixd::Zero(boxes1.rows(), 4), Matrixd::Zero(boxes2.rows(), 4)};
+  Tape tape;
+  double d[8];
+  for (Eigen::Index i = 0; i < boxes1.rows(); ++i) {
+    for (Eigen::Index j = 0; j < boxes2.rows(); ++j) {
+      const Box<double> a = box_row(boxes1, i), b = box_row(boxes2, j);
+      if (!finite(a) || !finite(b)) {
+        g.boxes1.row(i).array() += kNaN;
+        g.boxes2.row(j).array() += kNaN;
+        continue;
+      }
+      const auto [ra, rb] = leaves(tape, a, b);
+      partials(tape, pair_value(p, ra, rb, pair_alpha(p, a, b)), grad(i, j), d);
+      for (int k = 0; k < 4; ++k) {
+        g.boxes1(i, k) += d[k];
+        g.boxes2(j, k) += d[4 + k];
+      }
+    }
+  }
+  return g;
 }
 
 Vectord box_iou_loss_forward(const BoxIouLossParams& p, const Matrixd& boxes1, const Matrixd& boxes2,
@@ -204,6 +335,8 @@ BoxIouLossGrads box_iou_loss_backward(const BoxIouLossParams& p, const Matrixd& 
   const bool reduced = p.reduction != LossReduction::kNone;
   if (grad.size() != (reduced ? 1 : n)) throw std::invalid_argument("box_iou reference: grad has the wrong size");
   BoxIouLossGrads g{Matrixd::Zero(n, 4), Matrixd::Zero(n, 4)};
+  Tape tape;
+  double d[8];
   for (Eigen::Index i = 0; i < n; ++i) {
     // The upstream gradient of pair i's loss: grad[i], or the reduction's grad (divided by n for a mean).
     double upstream = reduced ? grad(0) : grad(i);
@@ -214,13 +347,12 @@ BoxIouLossGrads box_iou_loss_backward(const BoxIouLossParams& p, const Matrixd& 
       g.boxes2.row(i).setConstant(kNaN);
       continue;
     }
-    const Box<Dual> da{Dual(a.x1, 8, 0), Dual(a.y1, 8, 1), Dual(a.x2, 8, 2), Dual(a.y2, 8, 3)};
-    const Box<Dual> db{Dual(b.x1, 8, 4), Dual(b.y1, 8, 5), Dual(b.x2, 8, 6), Dual(b.y2, 8, 7)};
+    const auto [ra, rb] = leaves(tape, a, b);
     const double alpha = p.variant == BoxIouVariant::kCIoU ? ciou_alpha(p, a, b) : 0.0;
-    const Dual loss = pair_loss(p, da, db, alpha);
+    partials(tape, pair_loss(p, ra, rb, alpha), upstream, d);
     for (int k = 0; k < 4; ++k) {
-      g.boxes1(i, k) = upstream * loss.derivatives()(k);
-      g.boxes2(i, k) = upstream * loss.derivatives()(4 + k);
+      g.boxes1(i, k) = d[k];
+      g.boxes2(i, k) = d[4 + k];
     }
   }
   return g;

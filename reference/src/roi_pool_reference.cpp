@@ -24,6 +24,9 @@ bool map_coordinate(double x, double spatial_scale, Eigen::Index* out) {
   return true;
 }
 
+// FLT_MAX, the largest finite float, as a double: torchvision's start of every bin's max.
+constexpr double kFltMax = static_cast<double>(std::numeric_limits<float>::max());
+
 Eigen::Index clip(Eigen::Index v, Eigen::Index size) { return std::min(std::max<Eigen::Index>(v, 0), size); }
 
 // Definition: a roi (x1, y1, x2, y2) covers feature-map rows start_h .. start_h + roi_h - 1 with
@@ -73,14 +76,17 @@ RoiPoolResult roi_pool_forward(const RoiPoolParams& p, const Tensor4d& input, co
         const Window win = bin_window(p, rois, k, i, j, H, W);
         const bool empty = win.h1 <= win.h0 || win.w1 <= win.w0;
         for (Eigen::Index c = 0; c < C; ++c) {
-          // The max over the bin's non-NaN values; among equal maxima, the first in row-major order.
-          // An empty bin gives 0 and a bin of NaNs only gives NaN, both with argmax -1.
-          double best = empty ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+          // The candidates of a bin: with p.exact_max its non-NaN values, otherwise (torchvision's) its
+          // values strictly above -FLT_MAX. The output is the largest candidate, the first in row-major
+          // order among equal ones, with its position as argmax. A bin without candidates has argmax -1
+          // and gives NaN with p.exact_max (its values are NaNs), otherwise -FLT_MAX. An empty bin gives 0.
+          const auto candidate = [&p](double v) { return p.exact_max ? !std::isnan(v) : v > -kFltMax; };
+          double best = empty ? 0.0 : (p.exact_max ? std::numeric_limits<double>::quiet_NaN() : -kFltMax);
           std::int64_t where = -1;
           for (Eigen::Index h = win.h0; h < win.h1; ++h) {
             for (Eigen::Index w = win.w0; w < win.w1; ++w) {
               const double v = input(b, c, h, w);
-              if (std::isnan(v)) continue;
+              if (!candidate(v)) continue;
               if (where == -1 || v > best) {
                 best = v;
                 where = h * W + w;

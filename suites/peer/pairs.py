@@ -99,8 +99,8 @@ def make_roi(p, seed, grid=False):
 def image_boxes(g, n, w=1344.0, h=800.0):
     """Boxes 16..545 px wide and high: at least twice bf16's spacing at the image's far edge (8 px at 1024..2048),
     so no box (nor a loss case's jittered prediction) collapses to zero area when rounded. Zero-area pairs are
-    where torchvision's GIoU is 0/0 = NaN and DetOps defines 0 (docs/ops/box_iou.md); the correctness suite
-    covers them."""
+    where torchvision's GIoU is 0/0 = NaN (DetOps gives the same NaN by default, and 0 with
+    defined_degenerate=True; docs/ops/box_iou.md); the correctness and Python suites cover them."""
     xy = torch.rand(n, 2, generator=g, dtype=F64) * torch.tensor([w, h], dtype=F64)
     wh = torch.exp(torch.rand(n, 2, generator=g, dtype=F64) * 3.5 + 2.8)
     return torch.cat([xy, xy + wh], 1)

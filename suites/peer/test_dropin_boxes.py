@@ -66,6 +66,16 @@ def test_pairwise_integer_and_mixed_dtypes(device, op, dtypes):
     assert ours.dtype == truth.dtype and ours.shape == truth.shape
     atol = 1e-3 if torch.float16 in dtypes or torch.bfloat16 in dtypes else 1e-5
     torch.testing.assert_close(ours.cpu(), truth, atol=atol, rtol=atol)
+    # The floating box tensors are differentiable: gradients in their own dtype, as torchvision's autograd gives.
+    diff = [t for t in (a, b) if t.is_floating_point()]
+    if diff:
+        ta, tb = [t.cpu().clone().requires_grad_(t.is_floating_point()) for t in (a, b)]
+        oa, ob = [t.clone().requires_grad_(t.is_floating_point()) for t in (a, b)]
+        want = torch.autograd.grad(getattr(tv, op)(ta, tb).sum(), [t for t in (ta, tb) if t.requires_grad])
+        got = torch.autograd.grad(getattr(detops, op)(oa, ob).sum(), [t for t in (oa, ob) if t.requires_grad])
+        for o, w in zip(got, want):
+            assert o.dtype == w.dtype and o.shape == w.shape
+            torch.testing.assert_close(o.cpu().double(), w.double(), atol=10 * atol, rtol=10 * atol)
     meta = getattr(detops, op)(a.to("meta"), b.to("meta"))
     assert meta.dtype == truth.dtype and meta.shape == truth.shape
 
@@ -94,11 +104,21 @@ ACCEPTED_PAIRWISE_SHAPES = [((3,), (5,)), ((2, 3), (2, 5)), ((2, 3), (5,)), ((3,
 @pytest.mark.parametrize("op", PAIRWISE)
 @pytest.mark.parametrize("shapes", ACCEPTED_PAIRWISE_SHAPES, ids=str)
 def test_pairwise_batched_shapes(device, op, shapes):
-    a, b = boxes(*shapes[0], seed=3), boxes(*shapes[1], seed=4)
+    a = boxes(*shapes[0], seed=3).requires_grad_()
+    b = boxes(*shapes[1], seed=4).requires_grad_()
     truth = getattr(tv, op)(a, b)
-    ours = getattr(detops, op)(a.to(device), b.to(device))
+    ad, bd = a.detach().to(device).requires_grad_(), b.detach().to(device).requires_grad_()
+    ours = getattr(detops, op)(ad, bd)
     assert ours.shape == truth.shape
-    torch.testing.assert_close(ours.cpu(), truth, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(ours.detach().cpu(), truth.detach(), atol=1e-10, rtol=1e-10)
+    # Gradients (torchvision's are plain autograd): each summed back to its own box tensor's shape.
+    g = torch.rand(truth.shape, dtype=truth.dtype, generator=torch.Generator().manual_seed(9))
+    tga, tgb = torch.autograd.grad(truth, (a, b), g)
+    oga, ogb = torch.autograd.grad(ours, (ad, bd), g.to(device))
+    assert oga.shape == a.shape and ogb.shape == b.shape
+    torch.testing.assert_close(oga.cpu(), tga, atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(ogb.cpu(), tgb, atol=1e-10, rtol=1e-8)
+    a, b = a.detach(), b.detach()
     assert getattr(detops, op)(a.to("meta"), b.to("meta")).shape == truth.shape
     # float32 with strides: a transposed view of the batch dimensions
     if a.dim() >= 3:

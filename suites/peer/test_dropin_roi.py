@@ -144,3 +144,105 @@ def test_ps_roi_align_default_is_torchvision_with_empty_bins(device, dtype, case
         assert bool(torch.isnan(want).any())
     torch.testing.assert_close(zero, torch.nan_to_num(want, nan=0.0), atol=atol, rtol=rtol)
     assert not bool(torch.isnan(zero).any())
+
+
+# roi_pool: torchvision starts each non-empty bin's max at -FLT_MAX (argmax -1) and keeps strictly greater values
+# only; the default does the same, exact_max=True takes the bin's true maximum. Before the option existed the
+# default was the exact max (NaN for a bin of NaNs only, -inf for one of -inf only, with argmax and gradient).
+def _pool_planes_around_flt_max(g, n, c, h, w):
+    """NaN, -inf, -FLT_MAX, -1e300 and ordinary values in equal shares: bins without any value above -FLT_MAX
+    (each kind alone and mixed), and mixed bins whose max is ordinary."""
+    choices = torch.tensor([float("nan"), -float("inf"), -torch.finfo(torch.float32).max, -1e300, 0.0],
+                           dtype=torch.float64)
+    pick = torch.randint(0, 5, (n, c, h, w), generator=g)
+    x = choices[pick]
+    x[pick == 4] = torch.randn(int((pick == 4).sum()), generator=g, dtype=torch.float64)
+    return x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", POOL_CASES, ids=[f"pool{c[0]}" for c in POOL_CASES])
+def test_roi_pool_default_is_torchvision_around_flt_max(device, dtype, case):
+    """detops.ops.roi_pool / RoIPool and torch.ops.detops.roi_pool (output, argmax, gradient through autograd)
+    against torchvision's on border rois over such planes; exact_max=True differs exactly on the bins where
+    torchvision's argmax is -1 and the bin is not empty."""
+    from detops import ops
+    seed, (n, c, h, w), k, scale, (ph, pw) = case
+    g = torch.Generator().manual_seed(3000 + seed)
+    x = _pool_planes_around_flt_max(g, n, c, h, w).to(device, dtype)
+    rois = border_rois(g, n, k, h, w, scale).to(device, dtype)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out, argmax = torch.ops.detops.roi_pool(xa, rois, scale, ph, pw)
+    want, want_argmax = torch.ops.torchvision.roi_pool(xb, rois, scale, ph, pw)
+    assert torch.equal(argmax, want_argmax)
+    assert torch.equal(out, want)  # no NaN: torchvision's max is never NaN
+    grad = torch.randint(1, 4, out.shape, generator=g).to(device, dtype)  # integer sums: exact in any order
+    (ga,) = torch.autograd.grad(out, xa, grad)
+    (gb,) = torch.autograd.grad(want, xb, grad)
+    assert torch.equal(ga, gb)
+    assert torch.equal(ops.roi_pool(x, rois, (ph, pw), scale), want)
+    assert torch.equal(ops.RoIPool((ph, pw), scale)(x, rois), torchvision.ops.RoIPool((ph, pw), scale)(x, rois))
+    exact, exact_argmax = torch.ops.detops.roi_pool(x, rois, scale, ph, pw, exact_max=True)
+    no_value = (want_argmax == -1) & (want == -torch.finfo(torch.float32).max)  # non-empty, nothing above -FLT_MAX
+    assert bool(no_value.any()), "the case lost its point: every bin has a value above -FLT_MAX"
+    assert torch.equal(exact[~no_value], want[~no_value]) and torch.equal(exact_argmax[~no_value], argmax[~no_value])
+    # There the exact max is the true one: NaN (argmax -1) for NaNs only, else at an element of the bin.
+    assert bool(((exact_argmax[no_value] >= 0) ^ torch.isnan(exact[no_value])).all())
+    assert bool(torch.isnan(exact[no_value]).any()) and bool((exact[no_value] == -float("inf")).any())
+    torch.testing.assert_close(ops.roi_pool(x, rois, (ph, pw), scale, exact_max=True), exact, atol=0, rtol=0,
+                               equal_nan=True)
+    torch.testing.assert_close(ops.RoIPool((ph, pw), scale, exact_max=True)(x, rois), exact, atol=0, rtol=0,
+                               equal_nan=True)
+
+
+def _roi_pool_bad_backward_calls():
+    grad, argmax = torch.ones(2, 3, 2, 2), torch.zeros(2, 3, 2, 2, dtype=torch.int32)
+    rois = torch.tensor([[0, 1.0, 1, 5, 5], [1, 0, 0, 7, 7]])
+    rest = (1.0, 2, 2, 2, 3, 8, 8)
+    yield "argmax int64", (grad, rois, argmax.long()) + rest
+    yield "argmax float", (grad, rois, argmax.float()) + rest
+    yield "argmax int16", (grad, rois, argmax.short()) + rest
+    yield "grad 3-D", (grad[0], rois, argmax) + rest
+    yield "rois with 4 columns", (grad, rois[:, 1:], argmax) + rest
+    yield "1-D rois", (grad, rois[0], argmax) + rest
+    yield "rois of another dtype", (grad, rois.double(), argmax) + rest
+    yield "integer grad and rois", (grad.long(), rois.long(), argmax) + rest
+    yield "negative input height", (grad, rois, argmax, 1.0, 2, 2, 2, 3, -1, 8)
+
+
+@pytest.mark.parametrize("what,args", list(_roi_pool_bad_backward_calls()),
+                         ids=[w for w, _ in _roi_pool_bad_backward_calls()])
+def test_roi_pool_backward_raises_torchvisions_exception_types(what, args):
+    """_roi_pool_backward refused by torchvision (in a forked child: it may crash) and by DetOps: the same type."""
+    from peer.test_dropin_package import _torchvision_exception
+    theirs = _torchvision_exception("_roi_pool_backward", args)
+    assert theirs is not None, f"{what}: torchvision no longer refuses this call; the case lost its point"
+    with pytest.raises(Exception) as ours:
+        torch.ops.detops._roi_pool_backward(*args)
+    assert type(ours.value) is theirs, f"{what}: DetOps raised {type(ours.value).__name__} ({ours.value}), " \
+                                       f"torchvision {theirs.__name__}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", ["roi_align", "roi_pool"])
+@pytest.mark.parametrize("pooled", [(0, 3), (2, 0), (0, 0)], ids=lambda p: f"{p[0]}x{p[1]}")
+def test_pooled_size_zero_is_an_empty_output_as_torchvision(device, op, pooled):
+    """torchvision's roi_align and roi_pool return an empty [K, C, ph, pw] output for a pooled size of 0 and
+    a zero gradient; DetOps does the same (its PS-RoI ops refuse 0, where torchvision's divide by it and crash)."""
+    g = torch.Generator().manual_seed(77)
+    x = (torch.rand(2, 3, 9, 11, generator=g, dtype=torch.float64) * 2 - 1).to(device)
+    rois = border_rois(g, 2, 5, 9, 11, 1.0).to(device)
+    extra = (2, False) if op == "roi_align" else ()
+    outs = []
+    for lib in (torch.ops.torchvision, torch.ops.detops):
+        xi = x.clone().requires_grad_()
+        out = getattr(lib, op)(xi, rois, 1.0, *pooled, *extra)
+        out = out[0] if isinstance(out, tuple) else out
+        out.sum().backward()
+        outs.append((out, xi.grad))
+    (tv_out, tv_grad), (our_out, our_grad) = outs
+    assert our_out.shape == tv_out.shape == (5, 3, *pooled)
+    assert our_out.dtype == tv_out.dtype
+    assert our_grad.shape == x.shape and torch.count_nonzero(our_grad) == 0
+    torch.testing.assert_close(our_grad, tv_grad if tv_grad is not None else torch.zeros_like(x))

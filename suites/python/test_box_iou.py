@@ -1,6 +1,6 @@
 """torch.ops.detops box IoU family against torchvision.ops on the same inputs.
 
-Pairwise: box_iou, generalized_box_iou, distance_box_iou, complete_box_iou. Losses (forward and backward):
+Pairwise (forward and backward): box_iou, generalized_box_iou, distance_box_iou, complete_box_iou. Losses (forward and backward):
 generalized_box_iou_loss, distance_box_iou_loss, complete_box_iou_loss, and iou_loss (torchvision has none:
 its truth is 1 - inter / (union + eps) from torchvision's own _loss_inter_union). In every dtype the truth is
 torchvision in fp64 on our (rounded) inputs; in fp32 and fp64 ours must also match torchvision run in the
@@ -23,11 +23,14 @@ DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 # (atol, rtol) per dtype, as in the C++ harness table.
 TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 2e-3), torch.bfloat16: (8e-3, 1.6e-2)}
 
+# ours(a, b, **options) and torchvision's. Looked up at call time: conftest loads the library after this import.
 PAIRWISE = {
-    "box_iou": (lambda a, b: detops.box_iou(a, b), tv.box_iou),
-    "generalized_box_iou": (lambda a, b: detops.generalized_box_iou(a, b), tv.generalized_box_iou),
-    "distance_box_iou": (lambda a, b: detops.distance_box_iou(a, b, 1e-7), lambda a, b: tv.distance_box_iou(a, b, 1e-7)),
-    "complete_box_iou": (lambda a, b: detops.complete_box_iou(a, b, 1e-7), lambda a, b: tv.complete_box_iou(a, b, 1e-7)),
+    "box_iou": (lambda a, b, **k: detops.box_iou(a, b, **k), tv.box_iou),
+    "generalized_box_iou": (lambda a, b, **k: detops.generalized_box_iou(a, b, **k), tv.generalized_box_iou),
+    "distance_box_iou": (lambda a, b, **k: detops.distance_box_iou(a, b, 1e-7, **k),
+                         lambda a, b: tv.distance_box_iou(a, b, 1e-7)),
+    "complete_box_iou": (lambda a, b, **k: detops.complete_box_iou(a, b, 1e-7, **k),
+                         lambda a, b: tv.complete_box_iou(a, b, 1e-7)),
 }
 
 
@@ -168,10 +171,53 @@ def degenerate_sets(g):
     return out
 
 
+def assert_same_values(ours, truth, atol, rtol, what):
+    """Equal within (atol, rtol) where finite, NaN at the same places, the same infinities, and (exact zeros of the
+    truth) the same sign of zero."""
+    torch.testing.assert_close(ours, truth, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+    zero = truth == 0
+    assert torch.equal(torch.signbit(ours[zero]), torch.signbit(truth[zero])), f"{what}: signs of zero differ"
+
+
 @pytest.mark.parametrize("device", devices())
-def test_pairwise_degenerate_boxes_are_defined(device):
-    """Where torchvision divides by a zero (or eps-only) denominator, ours applies docs/ops/box_iou.md's rule
-    (the term is 0) and is never NaN; everywhere else it equals torchvision."""
+@pytest.mark.parametrize("op", list(PAIRWISE))
+def test_pairwise_default_degenerate_matches_torchvision(device, op):
+    """By default degenerate boxes (zero-area, inverted, identical degenerate pairs) get torchvision's values, its
+    0 / 0 = NaN, +-inf and -0.0 included, and its autograd's gradients, NaN and infinities at the same places."""
+    ours_fn, tv_fn = PAIRWISE[op]
+    g = torch.Generator().manual_seed(zlib.crc32(f"degenerate/{op}".encode()))
+    a64, b64 = degenerate_sets(g)
+    for x64, y64 in [(a64, b64), (a64, a64.clone())]:  # all pairs, and every degenerate box against itself
+        up = torch.randn(x64.shape[0], y64.shape[0], generator=g, dtype=torch.float64)
+        for dtype in DTYPES:
+            x, y = x64.to(device, dtype).requires_grad_(), y64.to(device, dtype).requires_grad_()
+            ours = ours_fn(x, y)
+            xt, yt = x.detach().double().requires_grad_(), y.detach().double().requires_grad_()
+            truth = tv_fn(xt, yt)
+            assert ours.isnan().any() or op == "generalized_box_iou", f"{op}: the case must reach torchvision's NaN"
+            atol, rtol = TOL[dtype]
+            assert_same_values(ours.detach().double(), truth.detach(), atol, rtol, f"{op} {dtype} {device} forward")
+            if dtype not in (torch.float32, torch.float64):
+                continue  # float16 gradients of eps-sized denominators overflow (the C++ spec scales them)
+            got = torch.autograd.grad(ours, (x, y), up.to(device, ours.dtype))
+            want = torch.autograd.grad(truth, (xt, yt), up.to(device))
+            for name, o, w in zip(("boxes1", "boxes2"), got, want):
+                assert o.isnan().any() or op == "generalized_box_iou", f"{op}: torchvision's NaN gradients expected"
+                torch.testing.assert_close(o.double(), w, atol=atol, rtol=rtol, equal_nan=True,
+                                           msg=lambda m: f"{op} {dtype} {device} d/d{name}: {m}")
+            if dtype == torch.float32:  # and torchvision run in float32 itself
+                x2, y2 = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+                same = tv_fn(x2, y2)
+                assert_same_values(ours.detach(), same.detach(), atol, rtol, f"{op} {device} vs torchvision float32")
+                for o, w in zip(got, torch.autograd.grad(same, (x2, y2), up.to(device, dtype))):
+                    torch.testing.assert_close(o, w, atol=atol, rtol=rtol, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_pairwise_defined_degenerate_option(device):
+    """defined_degenerate=True: where torchvision divides by a zero (or eps-only) denominator, ours applies
+    docs/ops/box_iou.md's rule (the term is 0) and is never NaN, nor are its gradients; everywhere else it equals
+    torchvision, gradients included."""
     g = torch.Generator().manual_seed(11)
     a, b = degenerate_sets(g)
     a, b = a.to(device), b.to(device)
@@ -190,26 +236,46 @@ def test_pairwise_degenerate_boxes_are_defined(device):
         "complete_box_iou": (union <= 0) | (cw * cw + ch * ch <= 0) | no_aspect,
     }
     for op, (ours_fn, tv_fn) in PAIRWISE.items():
-        ours = ours_fn(a, b)
+        x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+        ours = ours_fn(x, y, defined_degenerate=True)
         assert not torch.isnan(ours).any(), op
         assert ruled[op].any() and not ruled[op].all(), f"{op}: the case must mix both kinds of pairs"
         truth = tv_fn(a, b)
         keep = ~ruled[op]
         torch.testing.assert_close(ours[keep], truth[keep], atol=1e-12, rtol=1e-12, msg=lambda m: f"{op}: {m}")
+        grads = torch.autograd.grad(ours.sum(), (x, y))
+        assert all(torch.isfinite(t).all() for t in grads), f"{op}: defined gradients are finite"
     # IoU is 0 wherever the union is <= 0 (torchvision: 0 / 0 = NaN for two zero-area boxes).
-    assert (detops.box_iou(a, b)[union <= 0] == 0).all()
+    assert (detops.box_iou(a, b, defined_degenerate=True)[union <= 0] == 0).all()
 
 
 def test_pairwise_degenerate_values_by_hand():
     point = torch.tensor([[1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
     box = torch.tensor([[0.0, 0.0, 2.0, 2.0]], dtype=torch.float64)
     for op, (ours_fn, _) in PAIRWISE.items():
-        assert ours_fn(point, point).item() == 0.0, op  # union 0, enclosing area 0, distance 0
-        assert ours_fn(point, box).item() == 0.0, op  # inside: no overlap area, enclosing = box, same center
+        assert ours_fn(point, point, defined_degenerate=True).item() == 0.0, op  # union 0, enclosing 0, distance 0
+        assert ours_fn(point, box, defined_degenerate=True).item() == 0.0, op  # inside: no overlap, same center
+        assert math.isnan(ours_fn(point, point).item()), op  # torchvision's 0 / 0
+    assert math.isnan(detops.complete_box_iou(point, box).item())  # atan(0 / 0)
+    assert detops.box_iou(point, box).item() == 0.0  # union 4: a defined 0 in both modes
+    inverted = torch.tensor([[2.0, 0.0, 0.0, 1.0]], dtype=torch.float64)  # area -2
+    line = torch.tensor([[1.0, 0.0, 1.0, 1.0]], dtype=torch.float64)
+    iou = detops.box_iou(inverted, line)
+    assert iou.item() == 0.0 and torch.signbit(iou).item()  # 0 / -2 = -0.0, as torchvision
     nan_box = torch.tensor([[0.0, float("nan"), 2.0, 2.0]], dtype=torch.float64)
     inf_box = torch.tensor([[0.0, 0.0, float("inf"), 2.0]], dtype=torch.float64)
     for op, (ours_fn, _) in PAIRWISE.items():
-        assert torch.isnan(ours_fn(nan_box, box)).all() and torch.isnan(ours_fn(box, inf_box)).all(), op
+        for options in ({}, {"defined_degenerate": True}):
+            assert torch.isnan(ours_fn(nan_box, box, **options)).all(), op
+            assert torch.isnan(ours_fn(box, inf_box, **options)).all(), op
+
+
+def test_defined_degenerate_is_keyword_only():
+    a = torch.tensor([[0.0, 0.0, 2.0, 2.0]])
+    with pytest.raises((RuntimeError, TypeError)):
+        detops.box_iou(a, a, True)
+    with pytest.raises((RuntimeError, TypeError)):
+        detops.generalized_box_iou_loss(a, a, "none", 1e-7, True)
 
 
 def loss_inputs(name, g):
@@ -271,6 +337,38 @@ def test_loss_forward_and_backward_match_torchvision(device, reduction, layout, 
             torch.testing.assert_close(ours.detach(), same, atol=atol, rtol=rtol)
 
 
+def misaligned(boxes, offset):
+    """boxes [n, 4] as a contiguous view starting `offset` elements into its storage, so that its rows are not
+    aligned to their size (the CUDA loss kernels then take their per-coordinate loads and stores)."""
+    flat = torch.empty(boxes.numel() + offset, dtype=boxes.dtype, device=boxes.device)
+    view = flat[offset:].view(boxes.shape)
+    view.copy_(boxes)
+    return view
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("offset", [1, 2, 3])
+@pytest.mark.parametrize("op", list(LOSSES))
+def test_loss_with_rows_not_aligned_to_their_size(device, offset, op):
+    """Boxes whose rows start off their size's alignment (a contiguous view at a storage offset) give
+    torchvision's values, forward and backward, in every dtype."""
+    ours_fn, tv_fn = LOSSES[op]
+    g = torch.Generator().manual_seed(40 + offset)
+    a64, b64 = overlapping(g, 300)
+    for dtype in DTYPES:
+        a = misaligned(a64.to(device, dtype), offset).requires_grad_()
+        b = misaligned(b64.to(device, dtype), offset).requires_grad_()
+        assert a.storage_offset() == offset and a.is_contiguous()
+        ap, bp = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+        ours, truth = ours_fn(a, b, "none"), tv_fn(ap, bp, reduction="none")
+        atol, rtol = TOL[dtype]
+        torch.testing.assert_close(ours.double(), truth, atol=atol, rtol=rtol)
+        up = torch.randn(truth.shape, generator=g, dtype=torch.float64)
+        for got, want in zip(torch.autograd.grad(ours, (a, b), up.to(device, ours.dtype)),
+                             torch.autograd.grad(truth, (ap, bp), up.to(device))):
+            torch.testing.assert_close(got.double(), want, atol=atol, rtol=rtol)
+
+
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("op", list(LOSSES))
 def test_loss_sum_backward_gets_a_stride0_gradient(device, op):
@@ -294,6 +392,57 @@ def test_complete_box_iou_loss_eps_only_enters_alpha():
         torch.testing.assert_close(ours, tv.complete_box_iou_loss(a, b, eps=eps), atol=1e-12, rtol=1e-12)
     assert not torch.allclose(detops.complete_box_iou_loss(a, b, "none", 0.5), detops.complete_box_iou_loss(a, b))
     torch.testing.assert_close(detops.distance_box_iou_loss(a, b, "none", 0.5), tv.distance_box_iou_loss(a, b, eps=0.5),
+                               atol=1e-12, rtol=1e-12)
+
+
+def degenerate_loss_pairs(g):
+    """(boxes1, boxes2) pairs cycling through zero-area, inverted, point and identical degenerate boxes."""
+    a, b = degenerate_sets(g)
+    b = b[torch.randperm(b.shape[0], generator=g)]
+    return torch.cat([a, a]), torch.cat([b, a.clone()])  # the second half: each degenerate box against itself
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("eps", [1e-7, 0.0])
+@pytest.mark.parametrize("op", list(LOSSES))
+def test_loss_default_degenerate_matches_torchvision(device, eps, op):
+    """By default the losses give torchvision's values on degenerate boxes (NaN, +-inf, eps-sized denominators)
+    and its autograd's gradients, for each reduction; torchvision run in the same dtype (in float32 an identical
+    pair's IoU, A / (A + 1e-7), rounds to 1, so CIoU's alpha = 0 / 0 is NaN there and not in float64)."""
+    ours_fn, tv_fn = LOSSES[op]
+    g = torch.Generator().manual_seed(zlib.crc32(f"degenerate/{op}/{eps}".encode()))
+    a64, b64 = degenerate_loss_pairs(g)
+    for reduction in ("none", "sum"):
+        for dtype in (torch.float64, torch.float32):
+            x, y = a64.to(device, dtype).requires_grad_(), b64.to(device, dtype).requires_grad_()
+            xt, yt = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+            ours, truth = ours_fn(x, y, reduction, eps), tv_fn(xt, yt, reduction=reduction, eps=eps)
+            atol, rtol = TOL[dtype]
+            assert_same_values(ours.detach(), truth.detach(), atol, rtol, f"{op} {reduction} {dtype} forward")
+            up = torch.randn(truth.shape, generator=g, dtype=torch.float64).to(device, dtype)
+            got = torch.autograd.grad(ours, (x, y), up)
+            want = torch.autograd.grad(truth, (xt, yt), up)
+            for name, o, w in zip(("boxes1", "boxes2"), got, want):
+                torch.testing.assert_close(o, w, atol=atol, rtol=rtol, equal_nan=True,
+                                           msg=lambda m: f"{op} {reduction} {dtype} {device} d/d{name}: {m}")
+    if eps == 0.0:
+        assert torch.isnan(ours_fn(a64, b64, "none", 0.0)).any(), f"{op}: the case must reach torchvision's 0 / 0"
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("op", list(LOSSES))
+def test_loss_defined_degenerate_option(device, op):
+    """defined_degenerate=True: no NaN values or gradients for finite degenerate boxes (a quotient with a
+    denominator <= 0 is 0; no aspect ratio without an extent), torchvision's losses on pairs of valid boxes."""
+    ours_fn, tv_fn = LOSSES[op]
+    g = torch.Generator().manual_seed(zlib.crc32(f"defined/{op}".encode()))
+    a64, b64 = degenerate_loss_pairs(g)
+    x, y = a64.to(device).requires_grad_(), b64.to(device).requires_grad_()
+    ours = ours_fn(x, y, "none", 0.0, defined_degenerate=True)
+    assert not ours.isnan().any()
+    assert all(torch.isfinite(t).all() for t in torch.autograd.grad(ours.sum(), (x, y)))
+    a, b = overlapping(g, 8)
+    torch.testing.assert_close(ours_fn(a, b, "mean", 1e-7, defined_degenerate=True), tv_fn(a, b, reduction="mean"),
                                atol=1e-12, rtol=1e-12)
 
 
@@ -342,16 +491,175 @@ def test_device_mismatch_raises():
         detops.iou_loss(a.cuda(), a)
 
 
-def test_pairwise_ops_refuse_backward_clearly():
-    a = torch.rand(3, 4, dtype=torch.float64)
-    a[:, 2:] += a[:, :2] + 0.1
-    x = a.clone().requires_grad_()
+def pairwise_grad_inputs(name, g):
+    """The pairwise parity layouts, plus exact ties (integer boxes sharing edges) for the backward."""
+    if name == "integer_ties":
+        return integer_boxes(g, 20, span=16, s_lo=1, s_hi=6), integer_boxes(g, 24, span=16, s_lo=1, s_hi=6)
+    if name == "shared_edges":  # boxes2[i] shares x1 and y2 with boxes1[i]
+        a = integer_boxes(g, 10)
+        b = integer_boxes(g, 10)
+        b[:, 0], b[:, 3] = a[:, 0], a[:, 3]
+        b[:, 1] = torch.minimum(b[:, 1], a[:, 3] - 1)
+        b[:, 2] = torch.maximum(b[:, 2], a[:, 0] + 1)
+        return a, b
+    return pairwise_inputs(name, g)
+
+
+def test_autograd_conventions_the_pairwise_backward_follows():
+    """torch autograd's rules at the kinks of torchvision's formulas, checked here rather than assumed: the
+    binary torch.max / torch.min give each tied argument half the gradient, and clamp(min=0) passes the gradient
+    where its input is exactly 0. test_pairwise_backward_matches_torchvision_autograd's 'identical',
+    'integer_ties', 'shared_edges' and 'touching' layouts put the backward on exactly these points."""
+    x, y = torch.tensor(2.0, requires_grad=True), torch.tensor(2.0, requires_grad=True)
+    torch.max(x, y).backward()
+    assert x.grad.item() == y.grad.item() == 0.5
+    x.grad = y.grad = None
+    torch.min(x, y).backward()
+    assert x.grad.item() == y.grad.item() == 0.5
+    z = torch.tensor(0.0, requires_grad=True)
+    z.clamp(min=0).backward()
+    assert z.grad.item() == 1.0
+    # Touching boxes: width exactly 0, so d IoU / d x gets inter's d / d width = height through the clamp.
+    a = torch.tensor([[0.0, 0, 2, 2]], dtype=torch.float64, requires_grad=True)
+    b = torch.tensor([[2.0, 0, 4, 2]], dtype=torch.float64, requires_grad=True)
+    (ga,) = torch.autograd.grad(detops.box_iou(a, b).sum(), a)
+    (gt,) = torch.autograd.grad(tv.box_iou(a, b).sum(), a)
+    assert ga[0, 2].item() != 0 and torch.equal(ga, gt)
+
+
+PAIRWISE_GRAD_LAYOUTS = PAIRWISE_LAYOUTS + ["integer_ties", "shared_edges"]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("layout", PAIRWISE_GRAD_LAYOUTS)
+@pytest.mark.parametrize("op", list(PAIRWISE))
+def test_pairwise_backward_matches_torchvision_autograd(device, layout, op):
+    """d/d boxes1 and d/d boxes2 under a random upstream gradient: in every dtype against torchvision's autograd in
+    fp64 on the same (rounded) boxes, and in fp32 / fp64 against torchvision's autograd in the same dtype."""
+    ours_fn, tv_fn = PAIRWISE[op]
+    g = torch.Generator().manual_seed(zlib.crc32(f"grad/{op}/{layout}".encode()))
+    a64, b64 = pairwise_grad_inputs(layout, g)
+    up64 = torch.randn(a64.shape[0], b64.shape[0], generator=g, dtype=torch.float64)
+    for dtype in DTYPES:
+        a = a64.to(device, dtype).requires_grad_()
+        b = b64.to(device, dtype).requires_grad_()
+        out = ours_fn(a, b)
+        got = torch.autograd.grad(out, (a, b), up64.to(device, out.dtype))
+        assert [t.dtype for t in got] == [dtype, dtype]
+        ap, bp = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+        want = torch.autograd.grad(tv_fn(ap, bp), (ap, bp), up64.to(device))
+        atol, rtol = TOL[dtype]
+        for name, o, w in zip(("boxes1", "boxes2"), got, want):
+            torch.testing.assert_close(o.double(), w, atol=atol, rtol=rtol,
+                                       msg=lambda m: f"{op} {layout} {dtype} {device} d/d{name} vs torchvision fp64: {m}")
+        if dtype in (torch.float32, torch.float64):
+            a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+            same = torch.autograd.grad(tv_fn(a2, b2), (a2, b2), up64.to(device, dtype))
+            for name, o, w in zip(("boxes1", "boxes2"), got, same):
+                torch.testing.assert_close(o, w, atol=atol, rtol=rtol,
+                                           msg=lambda m: f"{op} {layout} {dtype} {device} d/d{name} vs torchvision {dtype}: {m}")
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("op", ["box_iou", "generalized_box_iou", "distance_box_iou"])
+def test_pairwise_gradcheck_fp64(device, op):
+    """CIoU is left out: its backward holds alpha constant (torchvision's no_grad), so it is not the derivative of
+    its forward; test_pairwise_backward_matches_torchvision_autograd compares it with torchvision's backward."""
+    g = torch.Generator().manual_seed(23)
+    fn = PAIRWISE[op][0]
+    for a, b in [(random_boxes(g, 5), random_boxes(g, 6)), (random_boxes(g, 6).view(2, 3, 4), random_boxes(g, 4)),
+                 (random_boxes(g, 1).view(4), random_boxes(g, 6).view(3, 2, 4))]:
+        a, b = a.to(device).requires_grad_(), b.to(device).requires_grad_()
+        assert torch.autograd.gradcheck(fn, (a, b), eps=1e-6, atol=1e-5, rtol=1e-3)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("op", list(PAIRWISE))
+def test_pairwise_backward_batched_broadcast_and_one_box(device, op):
+    """Batched and broadcast leading dimensions and the [4] one-box form: each gradient summed back to its own
+    box tensor's shape, as torchvision's autograd does."""
+    ours_fn, tv_fn = PAIRWISE[op]
+    g = torch.Generator().manual_seed(zlib.crc32(f"batched/{op}".encode()))
+    for s1, s2 in [((2, 1, 3), (4, 5)), ((3,), (2, 2, 5)), ((2, 3), (1, 5)), ((), (3, 5)), ((3,), (0, 5)), ((0, 3), (5,))]:
+        a64 = random_boxes(g, math.prod(s1)).view(*s1, 4)
+        b64 = random_boxes(g, math.prod(s2)).view(*s2, 4)
+        for dtype in (torch.float64, torch.float32):
+            a, b = a64.to(device, dtype).requires_grad_(), b64.to(device, dtype).requires_grad_()
+            ap, bp = a64.clone().requires_grad_(), b64.clone().requires_grad_()
+            out, truth = ours_fn(a, b), tv_fn(ap, bp)
+            assert out.shape == truth.shape
+            up = torch.randn(truth.shape, generator=g, dtype=torch.float64)
+            got = torch.autograd.grad(out, (a, b), up.to(device, out.dtype))
+            want = torch.autograd.grad(truth, (ap, bp), up)
+            atol, rtol = TOL[dtype]
+            for o, w in zip(got, want):
+                assert o.shape == w.shape
+                torch.testing.assert_close(o.cpu().double(), w, atol=atol, rtol=rtol, msg=lambda m: f"{op} {s1} {s2}: {m}")
+
+
+@pytest.mark.parametrize("device", devices())
+def test_detr_style_giou_loss_trains_through_the_pairwise_op(device):
+    """loss_giou = 1 - diag(generalized_box_iou(src, tgt)) (DETR's matcher cost and loss) on cxcywh predictions:
+    the gradient reaching the predictions equals torchvision's; only the predictions require grad."""
+    g = torch.Generator().manual_seed(31)
+    src64 = torch.cat([torch.rand(8, 2, generator=g, dtype=torch.float64),
+                       0.1 + 0.3 * torch.rand(8, 2, generator=g, dtype=torch.float64)], 1)
+    tgt = tv.box_convert(overlapping(g, 8)[1] / 100, "xyxy", "xyxy").to(device)
+    grads = []
+    for fn in (detops.generalized_box_iou, tv.generalized_box_iou):
+        src = src64.clone().to(device).requires_grad_()
+        loss = (1 - torch.diag(fn(tv.box_convert(src, "cxcywh", "xyxy"), tgt))).sum()
+        loss.backward()
+        grads.append(src.grad)
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_pairwise_backward_mixed_and_stride0(device):
+    """float boxes1 against integer boxes2 (only boxes1 differentiable), and the stride-0 gradient of .sum()."""
+    g = torch.Generator().manual_seed(37)
+    a64, b_int = random_boxes(g, 6), integer_boxes(g, 7)
+    for op, (ours_fn, tv_fn) in PAIRWISE.items():
+        a, ap = a64.to(device, copy=True).requires_grad_(), a64.clone().requires_grad_()
+        ours_fn(a, b_int.long().to(device)).sum().backward()
+        tv_fn(ap, b_int.long()).sum().backward()
+        # torchvision's complete_box_iou divides the integer box's w / h into float32 (int / int gives the default
+        # dtype) before its atan; DetOps computes the pair in float64.
+        tol = 1e-8 if op == "complete_box_iou" else 1e-12
+        torch.testing.assert_close(a.grad.cpu(), ap.grad, atol=tol, rtol=1e-10, msg=op)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_pairwise_empty_gives_zero_gradients(device):
+    for s1, s2 in [((0, 4), (5, 4)), ((3, 4), (0, 4))]:
+        a = torch.rand(s1, dtype=torch.float64, device=device, requires_grad=True)
+        b = torch.rand(s2, dtype=torch.float64, device=device, requires_grad=True)
+        for op, (ours_fn, _) in PAIRWISE.items():
+            ga, gb = torch.autograd.grad(ours_fn(a, b).sum(), (a, b), allow_unused=False)
+            assert ga.shape == a.shape and gb.shape == b.shape and not ga.any() and not gb.any(), op
+
+
+def test_pairwise_double_backward_is_refused_clearly():
+    g = torch.Generator().manual_seed(2)
+    a, b = overlapping(g, 4)
+    a.requires_grad_()
     for op, (ours_fn, _) in PAIRWISE.items():
-        out = ours_fn(x, a)
-        with pytest.raises(RuntimeError, match="forward only"):
-            out.sum().backward()
+        (ga,) = torch.autograd.grad(ours_fn(a, b).sum(), a, create_graph=True)
+        with pytest.raises(RuntimeError, match="double backward is not supported"):
+            ga.sum().backward()
     with torch.no_grad():
-        assert not detops.box_iou(x, a).requires_grad
+        assert not detops.box_iou(a, b).requires_grad
+
+
+def test_pairwise_backward_op_bad_grad():
+    a = torch.rand(3, 4)
+    a[:, 2:] += a[:, :2] + 0.1
+    with pytest.raises(ValueError, match=r"grad must have the output's shape \[3, 3\]"):
+        detops._box_iou_pairwise_backward(torch.ones(3, 2), a, a, "giou", 1e-7)
+    with pytest.raises(TypeError, match=r"grad dtype \(Double\) must be the output's dtype, Float"):
+        detops._box_iou_pairwise_backward(torch.ones(3, 3, dtype=torch.float64), a, a, "iou", 1e-7)
+    with pytest.raises(ValueError, match="variant must be 'iou', 'giou', 'diou' or 'ciou'"):
+        detops._box_iou_pairwise_backward(torch.ones(3, 3), a, a, "xiou", 1e-7)
 
 
 def test_loss_double_backward_is_refused_clearly():

@@ -98,8 +98,8 @@ def test_bad_input_raises_and_process_stays_usable(device):
     bad[2, 0] = 5
     with pytest.raises(IndexError, match=r"rois\[2, 0\]"):
         torch.ops.detops.roi_align(x, bad, 1.0, 2, 2, 2, True)
-    with pytest.raises(RuntimeError, match="pooled_height must be positive"):
-        torch.ops.detops.roi_align(x, rois, 1.0, 0, 2, 2, True)
+    with pytest.raises(RuntimeError, match="pooled_height must be non-negative"):
+        torch.ops.detops.roi_align(x, rois, 1.0, -1, 2, 2, True)
     out = torch.ops.detops.roi_align(x, rois, 1.0, 2, 2, 2, True)
     ref = tv_roi_align(x, rois, (2, 2), 1.0, 2, True)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)

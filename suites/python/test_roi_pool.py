@@ -6,6 +6,9 @@ compared with torchvision in the same dtype, and fp16/bf16 with torchvision fp32
 inputs: torchvision has no bf16 kernel, and its fp16 kernel computes the bin edges in fp16. (torchvision
 fp64 is not the target for the half types: its fp64 bin edges differ from its fp32 ones for some roi
 sizes, see test_bin_edges_follow_torchvision_in_each_dtype.)
+
+The default starts each bin's max at -FLT_MAX, as torchvision does (bins of NaN or -inf only give -FLT_MAX,
+argmax -1); exact_max=True, DetOps's option, takes the true maximum. Both are pinned below.
 """
 import math
 
@@ -163,26 +166,118 @@ def test_ties_created_by_half_rounding_keep_the_first(device, dtype):
             assert a == (3 * i + first[0].item()) * 8 + 4 * j + first[1].item()
 
 
+FLT_MAX = torch.finfo(torch.float32).max
+NAN, INF = float("nan"), float("inf")
+
+# One 4 x 8 plane whose 1 x 2 bins (roi [0, 0, 0, 7, 3] pooled 4 x 4) are, row by row:
+#   row 0: NaN only | -inf only | NaN and -inf | below -FLT_MAX (fp64; -inf in the other dtypes)
+#   row 1: exactly -FLT_MAX (-inf in fp16 / bf16) | -FLT_MAX and below | NaN then -2 | -inf then -3
+#   row 2: -1e300 then -4 | 5 then NaN | NaN then -FLT_MAX | 6 and 6 (a tie: the first)
+#   row 3: -FLT_MAX then -1e300 | -inf then NaN | 1 then -inf | NaN then 7
+SPECIAL_PLANE = [[NAN, NAN, -INF, -INF, NAN, -INF, -1e300, -2e300],
+                 [-FLT_MAX, -FLT_MAX, -FLT_MAX, -1e301, NAN, -2.0, -INF, -3.0],
+                 [-1e300, -4.0, 5.0, NAN, NAN, -FLT_MAX, 6.0, 6.0],
+                 [-FLT_MAX, -1e300, -INF, NAN, 1.0, -INF, NAN, 7.0]]
+SPECIAL_ROI = [[0, 0, 0, 7, 3]]
+
+
+def _special_inputs(dtype, device):
+    x = torch.tensor(SPECIAL_PLANE, dtype=torch.float64).view(1, 1, 4, 8).to(device, dtype)
+    return x, torch.tensor(SPECIAL_ROI, dtype=torch.float64).to(device, dtype)
+
+
+def _random_special_inputs(g, dtype, device):
+    """Planes of NaN, -inf, -FLT_MAX, -1e300 and a few ordinary values, random rois pooled 3 x 3: bins of every
+    kind above, and mixed ones, at random."""
+    choices = torch.tensor([NAN, -INF, -FLT_MAX, -1e300, 0.0], dtype=torch.float64)
+    pick = torch.randint(0, 5, (2, 3, 9, 11), generator=g)
+    x = choices[pick]
+    ordinary = pick == 4
+    x[ordinary] = torch.randn(int(ordinary.sum()), generator=g, dtype=torch.float64)
+    rois = make_rois(g, 2, 9, 11, 20, 1.0)
+    return x.to(device, dtype), rois.to(device, dtype)
+
+
+def _tv_in(dtype, exact_geometry):
+    """The dtype torchvision runs in for a DetOps dtype: the same, except bf16 (torchvision has no kernel) and fp16
+    where bin edges are not exact in fp16 (torchvision computes them in fp16, DetOps in fp32): fp32 then, its
+    output and gradient rounded to the dtype (-FLT_MAX to -inf, as torchvision's fp16 kernel stores it)."""
+    if dtype == torch.bfloat16 or (dtype == torch.float16 and not exact_geometry):
+        return torch.float32
+    return dtype
+
+
+def _forward_backward(op, x, rois, pooled, weights, **kw):
+    """(output, argmax, gradient of sum(output * weights)) of op on a copy of x."""
+    x = x.detach().clone().requires_grad_()
+    out, argmax = op(x, rois, 1.0, pooled[0], pooled[1], **kw)
+    (grad,) = torch.autograd.grad(out, x, weights.to(out.dtype))
+    return out, argmax, grad
+
+
 @pytest.mark.parametrize("device", devices())
-def test_nan_and_infinite_features(device):
-    nan, inf = float("nan"), float("inf")
-    x = torch.arange(20, dtype=torch.float64).view(1, 1, 4, 5).neg()
-    x[0, 0, 0, :2] = nan
-    x[0, 0, 3, :] = -inf
-    rois = torch.tensor([[0, 0, 0, 4, 2],    # mixed NaN: NaN never wins -> -2 at index 2
-                         [0, 0, 0, 1, 0],    # NaNs only -> NaN, argmax -1
-                         [0, 1, 3, 3, 3]],   # -inf only -> -inf at its first element (3 * 5 + 1)
-                        dtype=torch.float64)
-    for dtype in ALL_DTYPES:
-        out, argmax = torch.ops.detops.roi_pool(x.to(device, dtype), rois.to(device, dtype), 1.0, 1, 1)
-        out, argmax = out.double().cpu().flatten(), argmax.cpu().flatten()
-        assert argmax.tolist() == [2, -1, 16], dtype
-        assert out[0].item() == -2 and math.isnan(out[1].item()) and out[2].item() == -inf, dtype
-    # torchvision agrees on mixed bins; it starts its max at -FLT_MAX, so all-NaN and all--inf bins give
-    # -FLT_MAX with argmax -1 there (a documented difference).
-    tv_out, tv_argmax = tv_roi_pool(x, rois, 1.0, 1, 1)
-    assert tv_argmax.flatten().tolist() == [2, -1, -1]
-    assert tv_out.flatten()[1].item() == tv_out.flatten()[2].item() == -torch.finfo(torch.float32).max
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("inputs", ["special_plane", "random"])
+def test_default_is_torchvision_for_bins_without_a_value_above_minus_flt_max(device, dtype, inputs):
+    """torchvision starts a bin's max at -FLT_MAX (argmax -1) and takes strictly greater values only: bins of NaN
+    only, -inf only, values at or below -FLT_MAX give -FLT_MAX (-inf in fp16) with argmax -1 and no gradient.
+    The default gives exactly that: output, argmax and the gradient (small integer weights, so every sum is
+    exact in every dtype), against torchvision on the CPU (see _tv_in for fp16 and bf16)."""
+    g = torch.Generator().manual_seed(21)
+    if inputs == "special_plane":
+        x, rois = _special_inputs(dtype, device)
+        pooled = (4, 4)
+    else:
+        x, rois = _random_special_inputs(g, dtype, device)
+        pooled = (3, 3)
+    weights = torch.randint(1, 4, (rois.shape[0], x.shape[1], *pooled), generator=g).double()
+    out, argmax, grad = _forward_backward(torch.ops.detops.roi_pool, x, rois, pooled, weights.to(device))
+    tv = _tv_in(dtype, exact_geometry=inputs == "special_plane")  # bins of 1 x 2 pixels: exact in fp16
+    tv_out, tv_argmax, tv_grad = _forward_backward(tv_roi_pool, x.cpu().to(tv), rois.cpu().to(tv), pooled, weights)
+    assert torch.equal(argmax.cpu(), tv_argmax)
+    torch.testing.assert_close(out.cpu(), tv_out.to(dtype), atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(grad.cpu(), tv_grad.to(dtype), atol=0, rtol=0)
+    assert not bool(torch.isnan(out).any())  # torchvision's start: never NaN
+    if inputs == "special_plane":
+        lowest = -FLT_MAX if dtype in (torch.float64, torch.float32) else -INF
+        want = torch.tensor([[lowest, lowest, lowest, lowest], [lowest, lowest, -2, -3],
+                             [-4, 5, lowest, 6], [lowest, lowest, 1, 7]], dtype=torch.float64)
+        want_argmax = [[-1, -1, -1, -1], [-1, -1, 13, 15], [17, 18, -1, 22], [-1, -1, 28, 31]]
+        assert argmax[0, 0].tolist() == want_argmax
+        assert torch.equal(out[0, 0].cpu().double(), want)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_exact_max_takes_the_true_maximum(device, dtype):
+    """exact_max=True: the largest non-NaN value at its first position (-inf and fp64 values below -FLT_MAX
+    included); a bin of NaNs only gives NaN with argmax -1. Mixed bins agree with the default. The gradient goes
+    to each argmax (a gradient of weights 1, 2, 4, ... per bin: every element's sum names its bins)."""
+    x, rois = _special_inputs(dtype, device)
+    below = -1e300 if dtype == torch.float64 else -INF  # -1e300 rounds to -inf outside fp64
+    at_flt_max = -FLT_MAX if dtype in (torch.float64, torch.float32) else -INF
+    want = torch.tensor([[NAN, -INF, -INF, below], [at_flt_max, at_flt_max, -2, -3],
+                         [-4, 5, at_flt_max, 6], [at_flt_max, -INF, 1, 7]], dtype=torch.float64)
+    # The same positions in every dtype: outside fp64, -1e300 and -1e301 round to -inf and -FLT_MAX (bins (1, 1),
+    # (3, 0)) still wins; in fp16 / bf16 -FLT_MAX is -inf too, and the tie keeps the first.
+    want_argmax = [[-1, 2, 5, 6], [8, 10, 13, 15], [17, 18, 21, 22], [24, 26, 28, 31]]
+    weights = (2.0 ** torch.arange(16, dtype=torch.float64)).view(1, 1, 4, 4)
+    out, argmax, grad = _forward_backward(torch.ops.detops.roi_pool, x, rois, (4, 4), weights.to(device),
+                                          exact_max=True)
+    assert argmax[0, 0].tolist() == want_argmax
+    torch.testing.assert_close(out[0, 0].cpu().double(), want, atol=0, rtol=0, equal_nan=True)
+    want_grad = torch.zeros(32, dtype=torch.float64)
+    for b, a in enumerate(sum(want_argmax, [])):
+        if a >= 0:
+            want_grad[a] += 2.0 ** b
+    if dtype in (torch.float16, torch.bfloat16):
+        want_grad = want_grad.to(dtype).double()  # 2^15 is exact; the sums here are single terms
+    assert torch.equal(grad.cpu().double().flatten(), want_grad)
+    # Bins with a value above -FLT_MAX: the same as the default.
+    default, default_argmax = torch.ops.detops.roi_pool(x, rois, 1.0, 4, 4)
+    has_value = default_argmax >= 0
+    assert torch.equal(argmax[has_value], default_argmax[has_value])
+    assert torch.equal(out[has_value], default[has_value])
 
 
 @pytest.mark.parametrize("device", devices())
@@ -237,11 +332,11 @@ def test_bad_input_raises_and_process_stays_usable(device):
     bad[2, 0] = 5
     with pytest.raises(IndexError, match=r"rois\[2, 0\]"):
         torch.ops.detops.roi_pool(x, bad, 1.0, 2, 2)
-    with pytest.raises(RuntimeError, match="pooled_height must be positive"):
-        torch.ops.detops.roi_pool(x, rois, 1.0, 0, 2)
+    with pytest.raises(RuntimeError, match="pooled_height must be non-negative"):
+        torch.ops.detops.roi_pool(x, rois, 1.0, -1, 2)
     out, argmax = torch.ops.detops.roi_pool(x, rois, 1.0, 2, 2)
     grad = torch.ones_like(out)
-    with pytest.raises(TypeError, match="argmax must be int32"):
+    with pytest.raises(RuntimeError, match="argmax must be int32"):
         torch.ops.detops._roi_pool_backward(grad, rois, argmax.long(), 1.0, 2, 2, 2, 3, 8, 8)
     bad_argmax = argmax.clone()
     bad_argmax[1, 2, 0, 1] = 64

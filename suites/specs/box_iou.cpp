@@ -1,5 +1,5 @@
-// The box IoU family's op specs: the four pairwise ops (forward only) share one case generator, the four
-// element-wise losses (forward and backward) another. Seeded cases (the OPS.md regression cases among
+// The box IoU family's op specs: the four pairwise ops share one case generator, the four element-wise
+// losses another (forward and backward both). Seeded cases (the OPS.md regression cases among
 // them), how to run the op and the reference, bad inputs, determinism and tolerances.
 #include "kit/spec_prelude.h"
 
@@ -36,6 +36,10 @@ struct PairwiseCaseConfig {
   std::int64_t n = 7, m = 9;  // layouts that pair boxes2[i] with boxes1[i] use m = n (or 2n)
   double eps = 1e-7;
   bool noncontiguous = false;
+  std::vector<std::int64_t> lead1, lead2;  // leading (batch) dimensions of boxes1 and boxes2 (random layout)
+  bool one_box = false;                    // boxes1 as one box [4] (n = 1)
+  bool stride0_grad = false;
+  bool defined = false;                    // DetOps' degenerate-box rule (default: torchvision's quotients)
 };
 
 std::pair<at::Tensor, at::Tensor> make_pairwise_boxes(const PairwiseCaseConfig& cfg, at::Generator& gen) {
@@ -160,12 +164,136 @@ std::pair<at::Tensor, at::Tensor> make_pairwise_boxes(const PairwiseCaseConfig& 
   throw std::invalid_argument("make_pairwise_boxes: unknown layout");
 }
 
+// Finite differences (eps 1e-6) stay away from kinks on continuous random layouts; the others tie, touch,
+// are degenerate or non-finite, or are too large for ~400 forward evaluations.
+const char* pairwise_gradcheck_skip(const PairwiseCaseConfig& cfg) {
+  using L = PairLayout;
+  if (cfg.n * cfg.m > 1000000) return "6M pairs: ~400 forward evaluations are too slow; compared with the reference";
+  switch (cfg.layout) {
+    case L::kIdenticalSets: return "identical boxes: every max / min of a pair ties (the gradient is split, not a derivative)";
+    case L::kTouchingX:
+    case L::kTouchingY:
+    case L::kTouchingCorner: return "touching boxes: the intersection's clamp at 0 sits exactly on its kink";
+    case L::kSharedEdges:
+    case L::kIntegerGrid: return "integer boxes with shared edges: max / min ties are kinks";
+    case L::kNaN:
+    case L::kInf: return "non-finite coordinates: nothing to differentiate";
+    case L::kInvertedX:
+    case L::kInvertedY:
+    case L::kInvertedBoth:
+    case L::kZeroWidth:
+    case L::kZeroHeight:
+    case L::kPoints:
+    case L::kIdenticalZeroArea:
+    case L::kMixedDegenerate: return "degenerate boxes: ties, divisions by 0 (torchvision's) or the kinks of the defined-as-0 terms";
+    default: return "";
+  }
+}
+
+std::vector<std::int64_t> box_shape(const std::vector<std::int64_t>& lead, std::int64_t rows) {
+  std::vector<std::int64_t> shape = lead;
+  shape.push_back(rows);
+  shape.push_back(4);
+  return shape;
+}
+
+std::int64_t numel_of(const std::vector<std::int64_t>& sizes) {
+  std::int64_t p = 1;
+  for (const std::int64_t s : sizes) p *= s;
+  return p;
+}
+
+// Batched and broadcast boxes as the reference takes them: boxes1 [..., N, 4] (or one box [4]) and boxes2
+// [..., M, 4] expanded to their broadcast batch, [B, N, 4] and [B, M, 4].
+struct PairwiseBatches {
+  std::vector<std::int64_t> batch;
+  std::int64_t n = 0, m = 0;
+  at::Tensor a, b;
+};
+
+PairwiseBatches pairwise_batches(const at::Tensor& x, const at::Tensor& y) {
+  const at::Tensor x2 = x.dim() == 1 ? x.view({1, 4}) : x;
+  PairwiseBatches pb;
+  pb.batch = at::infer_size(x2.sizes().slice(0, x2.dim() - 2), y.sizes().slice(0, y.dim() - 2));
+  pb.n = x2.size(-2);
+  pb.m = y.size(-2);
+  const std::int64_t count = numel_of(pb.batch);
+  pb.a = x2.expand(box_shape(pb.batch, pb.n)).reshape({count, pb.n, 4});
+  pb.b = y.expand(box_shape(pb.batch, pb.m)).reshape({count, pb.m, 4});
+  return pb;
+}
+
+// The per-batch results stacked into `shape` (zeros when the batch is empty).
+at::Tensor stacked(const std::vector<at::Tensor>& parts, std::vector<std::int64_t> shape) {
+  return parts.empty() ? at::zeros(shape, f64()) : at::stack(parts).view(shape);
+}
+
+// torchvision's quotients on degenerate boxes (the default mode) have eps-sized denominators (and squares of
+// them), so gradients up to ~1e17: past float16's 65504, where the op (rightly) rounds them to inf and the fp64
+// reference does not. Those cases take an upstream gradient of 2^-44 N(0, 1) (a power of 2: exact in every
+// dtype), which keeps every gradient within float16's range; in float16 the others then round to about 0, and
+// the case checks where the NaN, the infinities and the large values are.
+at::Tensor small_grad_output(const at::Tensor& out, std::uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return (at::randn(out.sizes(), gen, f64()) * std::ldexp(1.0, -44)).to(out.options());
+}
+
+at::Tensor reference_pairwise(const BoxIouParams& p, const at::Tensor& x, const at::Tensor& y) {
+  const PairwiseBatches pb = pairwise_batches(x, y);
+  std::vector<at::Tensor> out;
+  for (std::int64_t k = 0; k < pb.a.size(0); ++k) {
+    out.push_back(kit::from_matrix(reference::box_iou_pairwise(p, kit::to_matrix(pb.a[k]), kit::to_matrix(pb.b[k]))));
+  }
+  std::vector<std::int64_t> shape = pb.batch;
+  shape.push_back(pb.n);
+  shape.push_back(pb.m);
+  return stacked(out, shape);
+}
+
+Tensors reference_pairwise_backward(const BoxIouParams& p, const at::Tensor& x, const at::Tensor& y, const at::Tensor& grad) {
+  const PairwiseBatches pb = pairwise_batches(x, y);
+  const at::Tensor g = grad.reshape({pb.a.size(0), pb.n, pb.m});
+  std::vector<at::Tensor> g1, g2;
+  for (std::int64_t k = 0; k < pb.a.size(0); ++k) {
+    const reference::BoxIouGrads r = reference::box_iou_pairwise_backward(p, kit::to_matrix(pb.a[k]),
+                                                                          kit::to_matrix(pb.b[k]), kit::to_matrix(g[k]));
+    g1.push_back(kit::from_matrix(r.boxes1));
+    g2.push_back(kit::from_matrix(r.boxes2));
+  }
+  return {at::sum_to(stacked(g1, box_shape(pb.batch, pb.n)), x.sizes()),
+          at::sum_to(stacked(g2, box_shape(pb.batch, pb.m)), y.sizes())};
+}
+
+// CIoU's aspect term v = 4/pi^2 (atan(w1 / h1) - atan(w2 / h2))^2 of every pair, and alpha = v / (1 - iou + v +
+// eps) (0 where 1 - iou + v <= 0), in ATen: the finite-difference checks of complete_box_iou differentiate
+// DIoU(x) - alpha(x0) * v(x), alpha held at the unperturbed boxes x0 as the backward holds it (torchvision's
+// no_grad). Only built for kink-free (non-degenerate) cases.
+at::Tensor ciou_v(const at::Tensor& x, const at::Tensor& y) {
+  const auto theta = [](const at::Tensor& b) {
+    return at::atan((b.select(-1, 2) - b.select(-1, 0)) / (b.select(-1, 3) - b.select(-1, 1)));
+  };
+  return (theta(x).unsqueeze(-1) - theta(y).unsqueeze(-2)).pow(2) * kCiouAspectScale;
+}
+
+at::Tensor ciou_alpha(const at::Tensor& iou, const at::Tensor& v, double eps) {
+  const at::Tensor den = 1 - iou + v;
+  return at::where(den > 0, v / (den + eps), at::zeros_like(v));
+}
+
 CaseData make_pairwise_case(BoxIouVariant variant, const PairwiseCaseConfig& cfg, std::uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto [b1, b2] = make_pairwise_boxes(cfg, gen);
+  PairwiseCaseConfig flat = cfg;
+  flat.n *= numel_of(cfg.lead1);
+  flat.m *= numel_of(cfg.lead2);
+  auto [b1, b2] = make_pairwise_boxes(flat, gen);
   CaseData d;
+  // (Layouts of their own sizes, such as the anchors, have no leading dimensions.)
+  if (cfg.one_box) b1 = b1.reshape({4});
+  if (!cfg.lead1.empty()) b1 = b1.reshape(box_shape(cfg.lead1, cfg.n));
+  if (!cfg.lead2.empty()) b2 = b2.reshape(box_shape(cfg.lead2, cfg.m));
   d.inputs = {b1, b2};
-  const BoxIouParams p{variant, cfg.eps};
+  d.differentiable = {0, 1};
+  const BoxIouParams p{variant, cfg.eps, cfg.defined};
   d.op_forward = [p, cfg](const Tensors& in) {
     at::Tensor x = in[0], y = in[1];
     if (cfg.noncontiguous) {
@@ -174,9 +302,28 @@ CaseData make_pairwise_case(BoxIouVariant variant, const PairwiseCaseConfig& cfg
     }
     return Tensors{box_iou_pairwise(x, y, p)};
   };
-  d.reference_forward = [p](const Tensors& in) {
-    return Tensors{kit::from_matrix(reference::box_iou_pairwise(p, kit::to_matrix(in[0]), kit::to_matrix(in[1])))};
+  d.op_backward = [p](const Tensors& in, const Tensors& grad) {
+    auto [g1, g2] = box_iou_pairwise_backward(grad[0], in[0], in[1], p);
+    return Tensors{g1, g2};
   };
+  d.reference_forward = [p](const Tensors& in) { return Tensors{reference_pairwise(p, in[0], in[1])}; };
+  d.reference_backward = [p](const Tensors& in, const Tensors& grad) {
+    return reference_pairwise_backward(p, in[0], in[1], grad[0]);
+  };
+  if (variant == BoxIouVariant::kCIoU) {
+    const BoxIouParams diou{BoxIouVariant::kDIoU, cfg.eps, cfg.defined}, iou{BoxIouVariant::kIoU, cfg.eps, cfg.defined};
+    d.op_gradient_target = [=](const Tensors& x, const Tensors& x0) {
+      const at::Tensor alpha0 = ciou_alpha(box_iou_pairwise(x0[0], x0[1], iou), ciou_v(x0[0], x0[1]), cfg.eps);
+      return Tensors{box_iou_pairwise(x[0], x[1], diou) - alpha0 * ciou_v(x[0], x[1])};
+    };
+    d.reference_gradient_target = [=](const Tensors& x, const Tensors& x0) {
+      const at::Tensor alpha0 = ciou_alpha(reference_pairwise(iou, x0[0], x0[1]), ciou_v(x0[0], x0[1]), cfg.eps);
+      return Tensors{reference_pairwise(diou, x[0], x[1]) - alpha0 * ciou_v(x[0], x[1])};
+    };
+  }
+  if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
+  d.gradcheck_skip_reason = pairwise_gradcheck_skip(cfg);
+  if (!cfg.defined && d.gradcheck_skip_reason.rfind("degenerate", 0) == 0) d.make_grad_output = small_grad_output;
   return d;
 }
 
@@ -228,6 +375,23 @@ std::vector<OpCase> pairwise_cases(BoxIouVariant variant) {
   c = {}; c.n = 3000; c.m = 2000; add("large_3000x2000", c);
   c = {}; c.layout = L::kIdenticalZeroArea; c.n = c.m = 6; c.eps = 0; add("eps_zero_identical_zero_area", c);
   c = {}; c.n = c.m = 12; c.eps = 0.5; add("eps_half", c);
+  c = {}; c.n = 4; c.m = 5; c.lead1 = {2, 1}; c.lead2 = {3}; add("batched_broadcast_2x1_by_3", c);
+  c = {}; c.n = 5; c.m = 6; c.lead1 = {3}; add("batched_boxes1_shared_boxes2", c);
+  c = {}; c.n = 5; c.m = 6; c.lead2 = {2, 2}; add("batched_boxes2_shared_boxes1", c);
+  c = {}; c.n = 4; c.m = 5; c.lead1 = {0}; add("batch_dimension_zero", c);
+  c = {}; c.n = 1; c.m = 7; c.one_box = true; add("one_box_form", c);
+  c = {}; c.n = 9; c.m = 11; c.stride0_grad = true; add("stride0_grad_output", c);
+  // The degenerate layouts again under DetOps' rule (defined_degenerate); above they get torchvision's NaN / inf.
+  const std::pair<const char*, PairLayout> degenerate[] = {
+      {"inverted_x", L::kInvertedX}, {"inverted_y", L::kInvertedY}, {"inverted_both", L::kInvertedBoth},
+      {"zero_width", L::kZeroWidth}, {"zero_height", L::kZeroHeight}, {"zero_area_points", L::kPoints},
+      {"mixed_degenerate_and_valid", L::kMixedDegenerate}};
+  for (const auto& [name, layout] : degenerate) {
+    c = {}; c.layout = layout; c.defined = true; add(std::string("defined_degenerate_") + name, c);
+  }
+  c = {}; c.layout = L::kIdenticalZeroArea; c.n = c.m = 9; c.defined = true; add("defined_degenerate_identical_zero_area", c);
+  c = {}; c.layout = L::kIdenticalZeroArea; c.n = c.m = 6; c.eps = 0; c.defined = true;
+  add("defined_degenerate_eps_zero_identical_zero_area", c);
   return std::move(add.cases);
 }
 
@@ -268,7 +432,7 @@ const char* kink_reason(LossLayout l) {
     case LossLayout::kIntegerGrid: return "integer boxes with shared edges: max / min ties are kinks";
     case LossLayout::kNaN:
     case LossLayout::kInf: return "non-finite coordinates: nothing to differentiate";
-    default: return "degenerate boxes (inverted or zero extents): ties and sign changes at the kinks of the definition";
+    default: return "degenerate boxes (inverted or zero extents): ties, divisions by 0 or the kinks of the definition";
   }
 }
 
@@ -401,6 +565,7 @@ struct LossCaseConfig {
   double eps = 1e-7;
   bool noncontiguous = false;
   bool stride0_grad = false;
+  bool defined = false;  // DetOps' degenerate-box rule (default: torchvision's quotients)
 };
 
 at::Tensor reference_loss_tensor(const BoxIouLossParams& p, const reference::Vectord& v) {
@@ -414,7 +579,7 @@ CaseData make_loss_case(BoxIouVariant variant, const LossCaseConfig& cfg, std::u
   CaseData d;
   d.inputs = {b1, b2};
   d.differentiable = {0, 1};
-  const BoxIouLossParams p{variant, cfg.reduction, cfg.eps};
+  const BoxIouLossParams p{variant, cfg.reduction, cfg.eps, cfg.defined};
   d.op_forward = [p, cfg](const Tensors& in) {
     at::Tensor x = in[0], y = in[1];
     if (cfg.noncontiguous) {
@@ -449,6 +614,7 @@ CaseData make_loss_case(BoxIouVariant variant, const LossCaseConfig& cfg, std::u
   }
   if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
   if (!kink_free_layout(cfg.layout)) d.gradcheck_skip_reason = kink_reason(cfg.layout);
+  if (!cfg.defined && d.gradcheck_skip_reason.rfind("degenerate", 0) == 0) d.make_grad_output = small_grad_output;
   return d;
 }
 
@@ -506,6 +672,17 @@ std::vector<OpCase> loss_cases(BoxIouVariant variant) {
   // average); the running sum of an fp16 (bf16) accumulator stalls near 2048 (256) of the true ~5000.
   c = {}; c.n = 2 * kit::kHalfAccumulationTerms; c.reduction = kSum; add("half_accumulation_sum_8192_pairs", c);
   c = {}; c.n = 2 * kit::kHalfAccumulationTerms; c.reduction = kMean; add("half_accumulation_mean_8192_pairs", c);
+  // The degenerate layouts again under DetOps' rule (defined_degenerate); above they get torchvision's NaN / inf.
+  const std::pair<const char*, LossLayout> degenerate[] = {
+      {"inverted_x", L::kInvertedX}, {"inverted_both", L::kInvertedBoth}, {"zero_width", L::kZeroWidth},
+      {"zero_area_points", L::kPoints}, {"mixed_degenerate_and_valid", L::kMixedDegenerate}};
+  for (const auto& [name, layout] : degenerate) {
+    c = {}; c.layout = layout; c.n = layout == L::kMixedDegenerate ? 21 : 16; c.defined = true;
+    add(std::string("defined_degenerate_") + name, c);
+  }
+  c = {}; c.layout = L::kIdenticalZeroArea; c.n = 9; c.defined = true; add("defined_degenerate_identical_zero_area", c);
+  c = {}; c.layout = L::kPoints; c.reduction = kSum; c.eps = 0; c.defined = true; add("defined_degenerate_points_eps_zero_sum", c);
+  c = {}; c.layout = L::kPoints; c.reduction = kSum; c.eps = 0; add("zero_area_points_eps_zero_sum", c);
   return std::move(add.cases);
 }
 
@@ -545,6 +722,13 @@ std::vector<BadInputCase> pairwise_bad_inputs(BoxIouVariant v) {
   }
   bad.add("boxes2_on_other_device", [=](const at::Device& d) { box_iou_pairwise(good_boxes(d, 3), other_device(good_boxes(d, 2), d), p); },
           {"boxes1 and boxes2", "same device"});
+  bad.add("backward_grad_wrong_shape", [=](const at::Device& d) {
+        box_iou_pairwise_backward(at::ones({3, 3}, f32_on(d)), good_boxes(d, 3), good_boxes(d, 2), p); },
+          {"grad", "output's shape [3, 2]", "[3, 3]"});
+  bad.add("backward_grad_dtype_mismatch", [=](const at::Device& d) {
+        box_iou_pairwise_backward(at::ones({3, 2}, f32_on(d).dtype(at::kHalf)), good_boxes(d, 3).to(at::kHalf),
+                                  good_boxes(d, 2).to(at::kHalf), p); },
+          {"grad dtype", "Half", "must be the output's dtype, Float"});
   return std::move(bad.cases);
 }
 
@@ -607,13 +791,17 @@ std::vector<harness::BenchCase> pairwise_benchmarks(BoxIouVariant v) {
     const at::Tensor b1 = harness::bench_to_cuda(harness::bench_image_boxes(4000, seed), dtype);
     const at::Tensor b2 = harness::bench_to_cuda(harness::bench_image_boxes(4000, seed + 1), dtype);
     const at::Tensor out = box_iou_pairwise(b1, b2, params);
+    const at::Tensor grad = at::ones_like(out);
     harness::BenchInstance inst;
     inst.forward = [b1, b2, params] { (void)box_iou_pairwise(b1, b2, params); };
+    inst.backward = [grad, b1, b2, params] { (void)box_iou_pairwise_backward(grad, b1, b2, params); };
     inst.bytes_forward = kit::bench_bytes({b1, b2, out});
+    inst.bytes_backward = kit::bench_bytes({grad, b1, b2, b1, b2});
     return inst;
   };
   return {kit::bench_case("boxes_4000x4000", "boxes1[4000,4] boxes2[4000,4] -> [4000,4000]",
-                          "boxes1 + boxes2 + output (fp32 for fp16/bf16 boxes)", make)};
+                          "fwd: boxes1 + boxes2 + output (fp32 for fp16/bf16 boxes); bwd: grad + boxes1 + boxes2 + "
+                          "grad_boxes1 + grad_boxes2", make)};
 }
 
 std::vector<harness::BenchCase> loss_benchmarks(BoxIouVariant v) {
@@ -640,14 +828,15 @@ std::vector<harness::BenchCase> loss_benchmarks(BoxIouVariant v) {
 
 OpSpec pairwise_spec(BoxIouVariant v) {
   OpSpec spec = kit::op_spec(box_iou_pairwise_op_name(v), pairwise_cases(v), pairwise_bad_inputs(v));
-  spec.has_backward = false;
   spec.valid_call = [v](const at::Device& d) {
     check_valid_value(box_iou_pairwise_op_name(v),
                       box_iou_pairwise(overlapping_square(d, 0), overlapping_square(d, 1), {v, 1e-7}),
                       expected_overlapping_squares(v));
   };
-  spec.determinism.backward_cpu = spec.determinism.backward_cuda = true;
-  spec.determinism.note = "forward only; every output element is computed and written by one thread";
+  spec.determinism.backward_cuda = true;
+  spec.determinism.note =
+      "every output element is computed and written by one thread; each box's gradient is one thread's (CPU: one "
+      "loop's) sum over the other boxes in a fixed order, then a fixed shuffle / shared-memory tree (no atomics)";
   spec.benchmarks = pairwise_benchmarks(v);
   return spec;
 }

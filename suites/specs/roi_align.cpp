@@ -167,6 +167,7 @@ std::vector<harness::BadInputCase> roi_align_bad_inputs() {
   const RoiAlignParams p{1.0, 2, 2, 2, true};
   kit::BadInputs bad;
   kit::RoiOpBadInputs op;
+  op.empty_grid_accepted = true;
   op.forward = [p](const at::Tensor& x, const at::Tensor& rois, kit::RoiParamFault fault) {
     roi_align_forward(x, rois, kit::with_fault(p, fault));
   };

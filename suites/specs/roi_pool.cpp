@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "detops/harness/checks.h"
+#include "detops/harness/compare.h"
 #include "detops/reference/roi_pool_reference.h"
 #include "kit/feature_cases.h"
 #include "kit/half_accumulation.h"
@@ -43,6 +45,11 @@ enum class Features {
   kNaNMixed,     // ~15% of the elements NaN
   kNaNPlane,     // channel 0 all NaN; NaNs scattered elsewhere
   kInfinities,   // channel 0 with scattered +inf and -inf; channel 1 all -inf
+  // Bins around torchvision's start of the max, -FLT_MAX (7 channels): 0 all NaN; 1 all -inf; 2 NaN and -inf
+  // only; 3 values below -FLT_MAX only (-inf outside fp64); 4 half NaN, half the grid (many small bins all
+  // NaN, many mixed); 5 one element in 8 from the grid, the rest -FLT_MAX, -1e300, -inf and NaN in equal
+  // shares; 6 the grid. -FLT_MAX is exact in fp32 and -inf in fp16 and bf16.
+  kAroundFltMax,
 };
 
 struct RoiPoolCaseConfig : kit::RoiCaseShape {
@@ -83,6 +90,22 @@ at::Tensor make_features(const RoiPoolCaseConfig& cfg, at::Generator& gen) {
       x.select(1, 0).masked_fill_(u < 0.05, inf);
       x.select(1, 0).masked_fill_(u > 0.95, -inf);
       x.select(1, 1).fill_(-inf);
+      break;
+    }
+    case Features::kAroundFltMax: {
+      if (cfg.channels != 7) throw std::logic_error("roi_pool: kAroundFltMax features need 7 channels");
+      const double flt_max = static_cast<double>(std::numeric_limits<float>::max());
+      const at::Tensor u = at::rand({cfg.batch, 3, cfg.height, cfg.width}, gen, opts);
+      x.select(1, 0).fill_(nan);
+      x.select(1, 1).fill_(-inf);
+      x.select(1, 2).copy_(at::where(u.select(1, 0) < 0.5, at::full_like(u.select(1, 0), nan), -inf));
+      x.select(1, 3).mul_(1e299).sub_(4e300);  // the grid (|x| <= 2) moved into [-4.2e300, -3.8e300]
+      x.select(1, 4).masked_fill_(u.select(1, 1) < 0.5, nan);
+      const at::Tensor v = u.select(1, 2), c5 = x.select(1, 5);
+      c5.masked_fill_((v >= 0.125) & (v < 0.34375), -flt_max);
+      c5.masked_fill_((v >= 0.34375) & (v < 0.5625), -1e300);
+      c5.masked_fill_((v >= 0.5625) & (v < 0.78125), -inf);
+      c5.masked_fill_(v >= 0.78125, nan);
       break;
     }
   }
@@ -192,7 +215,8 @@ at::Tensor index_tensor(const reference::Index4d& t) {
 }
 
 bool has_nonfinite_features(Features f) {
-  return f == Features::kNaNMixed || f == Features::kNaNPlane || f == Features::kInfinities;
+  return f == Features::kNaNMixed || f == Features::kNaNPlane || f == Features::kInfinities ||
+         f == Features::kAroundFltMax;
 }
 
 CaseData make_case(const RoiPoolCaseConfig& cfg, const std::string& name, std::uint64_t seed) {
@@ -218,6 +242,16 @@ CaseData make_case(const RoiPoolCaseConfig& cfg, const std::string& name, std::u
   d.reference_forward = [p](const Tensors& in) {
     const reference::RoiPoolResult r = reference::roi_pool_forward(p, kit::to_tensor4d(in[0]), kit::to_matrix(in[1]));
     return Tensors{kit::from_tensor4d(r.output), index_tensor(r.argmax)};
+  };
+  // The reference's output is in fp64; the op stores its output in the dtype under test, where the default's
+  // -FLT_MAX (a bin without values above it) is -inf for fp16 and bf16. So the output is compared with the
+  // reference's rounded to that dtype, which changes nothing else (every other output is an input value of
+  // that dtype, or 0), with the harness's tolerance; argmax exactly.
+  d.judge_forward = [](const Tensors&, const Tensors& out, const Tensors& ref, DType dtype) {
+    const at::Tensor rounded = ref[0].to(harness::scalar_type_of(dtype)).to(at::kDouble);
+    return std::vector<harness::CompareResult>{
+        harness::compare_tensors(out[0], rounded, harness::default_tolerance(dtype)),
+        harness::compare_tensors(out[1], ref[1], harness::Tolerance{})};
   };
   d.reference_backward = [p](const Tensors& in, const Tensors& grad) {
     return Tensors{kit::from_tensor4d(reference::roi_pool_backward(
@@ -280,6 +314,29 @@ std::vector<OpCase> roi_pool_cases() {
   // positive grad_output values (0.5..1) each, ~3000 in all: an fp16 / bf16 accumulator stalls.
   c = {}; c.params = {1.0, 2, 2}; c.batch = 1; c.channels = 2; c.height = 6; c.width = 7; c.num_rois = kit::kHalfAccumulationTerms;
   c.rois = RoiLayout::kWholeMap; c.half_accumulation_grad = true; add("half_accumulation_overlapping_rois_backward", c);
+  // Both ways of starting a bin's max (RoiPoolParams::exact_max): torchvision's default, from -FLT_MAX, and the
+  // exact max, on bins of NaN only, -inf only, NaN and -inf, values below -FLT_MAX (fp64), exactly -FLT_MAX
+  // (fp32, fp64), mixed NaN, and in fp16 / bf16 (-FLT_MAX stored as -inf). Forward, argmax and the backward's
+  // routing (no gradient for argmax -1) against the reference; the first cases of each mode pool whole maps,
+  // so every channel's bin is of one kind.
+  for (bool exact : {false, true}) {
+    const std::string mode = exact ? "_exact_max" : "_torchvision_max";
+    auto around = [&](RoiPoolParams p, std::int64_t rois) {
+      c = {};
+      c.params = p;
+      c.params.exact_max = exact;
+      c.channels = 7;
+      c.num_rois = rois;
+      c.features = Features::kAroundFltMax;
+    };
+    around({1.0, 1, 1}, 4); c.rois = RoiLayout::kWholeMap; add("around_flt_max_whole_map" + mode, c);
+    around({0.25, 3, 3}, 6); add("around_flt_max_bins" + mode, c);
+    around({1.0, 4, 4}, 10); add("around_flt_max_small_bins_scale1" + mode, c);
+  }
+  c = {}; c.params = {0.25, 2, 2, true}; c.features = Features::kNaNMixed; add("nan_features_mixed_exact_max", c);
+  c = {}; c.params = box_head; c.params.exact_max = true; c.features = Features::kNaNPlane;
+  add("nan_features_whole_plane_exact_max", c);
+  c = {}; c.params = {0.25, 3, 3, true}; c.features = Features::kInfinities; add("infinite_features_exact_max", c);
   return std::move(add.cases);
 }
 
@@ -295,6 +352,7 @@ std::vector<harness::BadInputCase> roi_pool_bad_inputs() {
   const std::array<std::int64_t, 4> shape{2, 3, 8, 8};
   kit::BadInputs bad;
   kit::RoiOpBadInputs op;
+  op.empty_grid_accepted = true;
   op.forward = [p](const at::Tensor& x, const at::Tensor& rois, kit::RoiParamFault fault) {
     roi_pool_forward(x, rois, kit::with_fault(p, fault));
   };
@@ -312,6 +370,9 @@ std::vector<harness::BadInputCase> roi_pool_bad_inputs() {
   add("plane_too_large_for_int32_argmax", [=](const at::Device& d) {
         roi_pool_forward(at::zeros({1, 1, 1, 1}, f32(d)).expand({2, 1, 65536, 32768}), good_rois(d), p); },
       {"height * width", "2147483647", "int32"});
+  add("backward_grad_3d", [=](const at::Device& d) {
+        roi_pool_backward(at::ones({3, 2, 2}, f32(d)), good_rois(d), good_argmax(d), p, shape); },
+      {"grad", "4-D"});
   add("backward_argmax_int64", [=](const at::Device& d) {
         roi_pool_backward(at::ones({2, 3, 2, 2}, f32(d)), good_rois(d), good_argmax(d).to(at::kLong), p, shape); },
       {"argmax", "int32"});

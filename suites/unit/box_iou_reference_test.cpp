@@ -16,8 +16,9 @@ const double kInf = std::numeric_limits<double>::infinity();
 
 Matrixd boxes(std::initializer_list<std::initializer_list<double>> values) { return rows<4>(values); }
 
+// DetOps' rule for degenerate boxes (the option; the default, torchvision's quotients, is checked by the spec).
 double pairwise(BoxIouVariant v, const Matrixd& a, const Matrixd& b, double eps = 1e-7) {
-  return box_iou_pairwise(BoxIouParams{v, eps}, a, b)(0, 0);
+  return box_iou_pairwise(BoxIouParams{v, eps, /*defined_degenerate=*/true}, a, b)(0, 0);
 }
 
 TEST(BoxIouReference, OverlappingSquares) {

@@ -102,19 +102,52 @@ TEST(RoiPoolReference, NaNs) {
   const RoiPoolResult nan_roi = roi_pool_forward({1.0, 1, 1}, x, one_roi(0, 0, kNaN, 4, 3));
   EXPECT_EQ(nan_roi.output(0, 0, 0, 0), 0.0);
   EXPECT_EQ(nan_roi.argmax(0, 0, 0, 0), -1);
-  // NaN features never win; a bin of NaNs only gives NaN with argmax -1.
+  // NaN features never win (in both modes); with exact_max a bin of NaNs only gives NaN with argmax -1.
   Tensor4d y = plane(4, 5, [](double i) { return -i; });
   y(0, 0, 0, 0) = kNaN;
   y(0, 0, 0, 1) = kNaN;
-  const RoiPoolResult mixed = roi_pool_forward({1.0, 1, 1}, y, one_roi(0, 0, 0, 4, 3));
-  EXPECT_EQ(mixed.argmax(0, 0, 0, 0), 2);
-  EXPECT_EQ(mixed.output(0, 0, 0, 0), -2.0);
-  const RoiPoolResult all_nan = roi_pool_forward({1.0, 1, 1}, y, one_roi(0, 0, 0, 1, 0));
+  for (bool exact : {false, true}) {
+    const RoiPoolResult mixed = roi_pool_forward({1.0, 1, 1, exact}, y, one_roi(0, 0, 0, 4, 3));
+    EXPECT_EQ(mixed.argmax(0, 0, 0, 0), 2);
+    EXPECT_EQ(mixed.output(0, 0, 0, 0), -2.0);
+  }
+  const RoiPoolResult all_nan = roi_pool_forward({1.0, 1, 1, true}, y, one_roi(0, 0, 0, 1, 0));
   EXPECT_TRUE(std::isnan(all_nan.output(0, 0, 0, 0)));
   EXPECT_EQ(all_nan.argmax(0, 0, 0, 0), -1);
-  // -inf is a value like any other: a bin of -inf gives -inf at its first element.
+  // With exact_max -inf is a value like any other: a bin of -inf gives -inf at its first element.
   const Tensor4d m = plane(4, 5, [](double) { return -kInf; });
-  EXPECT_EQ(roi_pool_forward({1.0, 1, 1}, m, one_roi(0, 2, 1, 3, 2)).argmax(0, 0, 0, 0), 1 * 5 + 2);
+  EXPECT_EQ(roi_pool_forward({1.0, 1, 1, true}, m, one_roi(0, 2, 1, 3, 2)).argmax(0, 0, 0, 0), 1 * 5 + 2);
+}
+
+// The default (torchvision's): a max starts at -FLT_MAX = -3.4028234663852886e38 and only values strictly
+// above it count. Bins of the 1 x 5 plane {NaN, -inf, -FLT_MAX, -1e300, -5} at columns [0, 2), [0, 4),
+// [3, 5): no candidate, no candidate, -5 at column 4; with exact_max: -inf at 1, -FLT_MAX at 2, -5 at 4.
+TEST(RoiPoolReference, DefaultMaxStartsAtMinusFltMax) {
+  const double flt_max = 3.4028234663852886e38;
+  const double values[5] = {kNaN, -kInf, -flt_max, -1e300, -5.0};
+  const Tensor4d x = plane(1, 5, [&](double i) { return values[static_cast<int>(i)]; });
+  Matrixd rois(3, 5);
+  rois << 0, 0, 0, 1, 0,  //
+      0, 0, 0, 3, 0,      //
+      0, 3, 0, 4, 0;
+  const RoiPoolResult def = roi_pool_forward({1.0, 1, 1}, x, rois);
+  const RoiPoolResult exact = roi_pool_forward({1.0, 1, 1, true}, x, rois);
+  const double def_out[3] = {-flt_max, -flt_max, -5.0}, exact_out[3] = {-kInf, -flt_max, -5.0};
+  const std::int64_t def_arg[3] = {-1, -1, 4}, exact_arg[3] = {1, 2, 4};
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(def.output(k, 0, 0, 0), def_out[k]) << k;
+    EXPECT_EQ(def.argmax(k, 0, 0, 0), def_arg[k]) << k;
+    EXPECT_EQ(exact.output(k, 0, 0, 0), exact_out[k]) << k;
+    EXPECT_EQ(exact.argmax(k, 0, 0, 0), exact_arg[k]) << k;
+  }
+  // No gradient where argmax is -1: only roi 2's reaches column 4.
+  Tensor4d g(3, 1, 1, 1);
+  g.setValues({{{{1.0}}}, {{{2.0}}}, {{{4.0}}}});
+  const Tensor4d gi = roi_pool_backward({1.0, 1, 1}, g, x, rois);
+  for (Eigen::Index w = 0; w < 5; ++w) EXPECT_EQ(gi(0, 0, 0, w), w == 4 ? 4.0 : 0.0) << w;
+  const Tensor4d gi_exact = roi_pool_backward({1.0, 1, 1, true}, g, x, rois);
+  const double want_exact[5] = {0.0, 1.0, 2.0, 0.0, 4.0};
+  for (Eigen::Index w = 0; w < 5; ++w) EXPECT_EQ(gi_exact(0, 0, 0, w), want_exact[w]) << w;
 }
 
 TEST(RoiPoolReference, InfiniteCoordinatesCoverTheMap) {

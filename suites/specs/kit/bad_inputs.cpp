@@ -52,8 +52,13 @@ void add_roi_op_bad_inputs(BadInputs& bad, const RoiOpBadInputs& op) {
           {"input", "float64, float32, float16 or bfloat16"});
   bad.add("rois_on_other_device", [=](const at::Device& d) { fwd(input(d), other_device(good_rois(d), d), F::kNone); },
           {"input and rois", "same device"});
-  bad.add("pooled_height_zero", call(F::kZeroPooledHeight), {"pooled_height", "positive"});
-  bad.add("pooled_width_negative", call(F::kNegativePooledWidth), {"pooled_width", "positive"});
+  if (op.empty_grid_accepted) {
+    bad.add("pooled_height_negative", call(F::kNegativePooledHeight), {"pooled_height", "non-negative", "-1"});
+    bad.add("pooled_width_negative", call(F::kNegativePooledWidth), {"pooled_width", "non-negative", "-3"});
+  } else {
+    bad.add("pooled_height_zero", call(F::kZeroPooledHeight), {"pooled_height", "positive"});
+    bad.add("pooled_width_negative", call(F::kNegativePooledWidth), {"pooled_width", "positive"});
+  }
   bad.add("spatial_scale_zero", call(F::kZeroSpatialScale), op.spatial_scale_words);
   bad.add("empty_feature_map_with_rois", [=](const at::Device& d) {
             fwd(at::rand({2, c_in, 0, 8}, f32_on(d)), good_rois(d), F::kNone);

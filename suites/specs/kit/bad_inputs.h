@@ -36,6 +36,7 @@ at::Tensor good_rois(const at::Device& d);
 enum class RoiParamFault {
   kNone,
   kZeroPooledHeight,     // pooled_height 0
+  kNegativePooledHeight, // pooled_height -1
   kNegativePooledWidth,  // pooled_width -3
   kZeroSpatialScale,     // spatial_scale 0
 };
@@ -44,6 +45,7 @@ enum class RoiParamFault {
 template <typename Params>
 Params with_fault(Params p, RoiParamFault fault) {
   if (fault == RoiParamFault::kZeroPooledHeight) p.pooled_height = 0;
+  if (fault == RoiParamFault::kNegativePooledHeight) p.pooled_height = -1;
   if (fault == RoiParamFault::kNegativePooledWidth) p.pooled_width = -3;
   if (fault == RoiParamFault::kZeroSpatialScale) p.spatial_scale = 0.0;
   return p;
@@ -54,6 +56,8 @@ struct RoiOpBadInputs {
   std::int64_t output_channels = 3;  // the valid grad is [2, output_channels, 2, 2] (pooled 2 x 2)
   double negative_batch_index = -1;
   std::vector<std::string> spatial_scale_words = {"spatial_scale"};
+  // A pooled size of 0 is an empty output (roi_align, roi_pool: torchvision's) rather than a bad input.
+  bool empty_grid_accepted = false;
   // The forward with pooled 2 x 2, spatial_scale 1 and the fault applied.
   std::function<void(const at::Tensor& input, const at::Tensor& rois, RoiParamFault fault)> forward;
   // The (features) backward for a [2, input_channels, 8, 8] input and the same parameters.
@@ -62,7 +66,7 @@ struct RoiOpBadInputs {
 
 // rois_wrong_columns, rois_1d, input_3d, batch_index_out_of_range, batch_index_negative, batch_index_nan,
 // backward_batch_index_out_of_range, rois_dtype_mismatch, integer_input, rois_on_other_device,
-// pooled_height_zero, pooled_width_negative, spatial_scale_zero, empty_feature_map_with_rois and
+// pooled_height_zero (pooled_height_negative when empty_grid_accepted), pooled_width_negative, spatial_scale_zero, empty_feature_map_with_rois and
 // backward_grad_wrong_shape.
 void add_roi_op_bad_inputs(BadInputs& bad, const RoiOpBadInputs& op);
 

@@ -63,7 +63,8 @@ def roi_align(input: Tensor, boxes: Union[Tensor, List[Tensor]], output_size, sp
 
 
 @torch.fx.wrap
-def roi_pool(input: Tensor, boxes: Union[Tensor, List[Tensor]], output_size, spatial_scale: float = 1.0) -> Tensor:
+def roi_pool(input: Tensor, boxes: Union[Tensor, List[Tensor]], output_size, spatial_scale: float = 1.0, *,
+             exact_max: bool = False) -> Tensor:
     """RoI max pooling (Fast R-CNN): the maximum over the pixels of each bin of every region.
 
     Args:
@@ -71,13 +72,18 @@ def roi_pool(input: Tensor, boxes: Union[Tensor, List[Tensor]], output_size, spa
         {boxes}
         output_size (int or Tuple[int, int]): bins per region, (height, width).
         spatial_scale (float): factor from image to feature-map coordinates. Default: 1.0
+        exact_max (bool, keyword only; DetOps's option): False gives torchvision's result: a bin's max starts
+            at -FLT_MAX, so a bin with no value above it (only NaN, -inf, or float64 values <= -FLT_MAX)
+            gives -FLT_MAX (-inf in float16 / bfloat16) and no gradient. True gives the bin's true maximum
+            over its non-NaN values (-inf and values below -FLT_MAX included; NaN for a bin of NaNs only).
+            Empty bins give 0 either way (docs/ops/roi_pool.md). Default: False
 
     Returns:
         Tensor[K, C, output_size[0], output_size[1]]
     """
     rois = _rois(boxes)
     h, w = _pair(output_size)
-    return torch.ops.detops.roi_pool(input, rois, spatial_scale, h, w)[0]
+    return torch.ops.detops.roi_pool(input, rois, spatial_scale, h, w, exact_max=exact_max)[0]
 
 
 @torch.fx.wrap
@@ -169,18 +175,20 @@ class RoIAlign(nn.Module):
 
 
 class RoIPool(nn.Module):
-    """See :func:`roi_pool`."""
+    """See :func:`roi_pool` (exact_max, keyword only, is DetOps's option; default False: torchvision's result)."""
 
-    def __init__(self, output_size, spatial_scale: float):
+    def __init__(self, output_size, spatial_scale: float, *, exact_max: bool = False):
         super().__init__()
         self.output_size = output_size
         self.spatial_scale = spatial_scale
+        self.exact_max = exact_max
 
     def forward(self, input: Tensor, rois: Union[Tensor, List[Tensor]]) -> Tensor:
-        return roi_pool(input, rois, self.output_size, self.spatial_scale)
+        return roi_pool(input, rois, self.output_size, self.spatial_scale, exact_max=self.exact_max)
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(output_size={self.output_size}, spatial_scale={self.spatial_scale})"
+        extra = ", exact_max=True" if self.exact_max else ""
+        return f"{self.__class__.__name__}(output_size={self.output_size}, spatial_scale={self.spatial_scale}{extra})"
 
 
 class PSRoIAlign(nn.Module):

@@ -17,8 +17,11 @@ struct RoiPoolResult {
   Index4d argmax;   // same shape
 };
 
-// input [N, C, H, W], rois [K, 5] -> max of each bin and where it is.
-// Throws std::invalid_argument for a roi whose batch index is not in [0, N).
+// input [N, C, H, W], rois [K, 5] -> max of each bin and where it is. params.exact_max chooses the
+// values a bin's max is taken over: false (torchvision's), those above -FLT_MAX (-FLT_MAX with argmax -1
+// when there are none); true, every non-NaN value (NaN with argmax -1 when there are none). The output is
+// in fp64: a kernel in fp16 / bf16 stores -FLT_MAX as -inf, so compare with this output rounded to the
+// dtype. Throws std::invalid_argument for a roi whose batch index is not in [0, N).
 RoiPoolResult roi_pool_forward(const RoiPoolParams& params, const Tensor4d& input, const Matrixd& rois);
 
 // The derivative of roi_pool_forward's output with respect to input, applied to grad_output
