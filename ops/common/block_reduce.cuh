@@ -28,4 +28,27 @@ __device__ __forceinline__ Acc block_sum(Acc v, Acc* shared) {
   return total;
 }
 
+// The maximum (Max) or the sum of v over a group of Threads threads: a warp (32; every lane of it) or the whole
+// block (a multiple of 32, at most 1024), returned in every thread of the group. A butterfly of shuffles in each
+// warp (the pairings are commutative, so every lane computes the same value; a max may differ in the sign of a
+// zero), then, for a block, the warps' values through `shared` (at least Threads / 32 elements), read in the same
+// order by every thread: deterministic. Every thread of the group must call it. A sum propagates NaN; a max keeps
+// the left operand where a comparison is false.
+template <bool Max, int Threads, typename Acc>
+__device__ __forceinline__ Acc group_all_reduce(Acc v, Acc* shared) {
+  static_assert(Threads % 32 == 0 && Threads <= 1024, "a warp or whole warps of one block");
+  const auto op = [](Acc a, Acc b) { return Max ? (b > a ? b : a) : a + b; };
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if constexpr (Threads > 32) {
+    if ((threadIdx.x & 31) == 0) shared[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = shared[0];
+#pragma unroll
+    for (int w = 1; w < Threads / 32; ++w) v = op(v, shared[w]);
+    __syncthreads();
+  }
+  return v;
+}
+
 }  // namespace detops

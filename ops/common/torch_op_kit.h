@@ -18,10 +18,10 @@
 // From Args the kit generates the schema-facing C++ functions: each schema argument is a Tensor (passed on
 // to the entry point, in order), an OptionalTensor ("Tensor?", passed on as a Tensor, undefined for None),
 // a Field (stored into the Params struct, built once per call), a Str (a "str" argument that a Params
-// member names, such as a reduction) or a Dim (input_shape[d] of a backward op, passed on as
-// std::array<int64_t, 4>). A definition may build its Params itself (kMakeParams: the scalar arguments in
-// schema order -> Params; needed by Str). The dispatcher checks at load time that the generated signature
-// matches kSchema.
+// member names, such as a reduction), an IntPair (an "int[2]" stored into two Params members) or a Dim
+// (input_shape[d] of a backward op, passed on as std::array<int64_t, 4>). A definition may build its Params
+// itself (kMakeParams: the scalar arguments in schema order -> Params; needed by Str). The dispatcher checks
+// at load time that the generated signature matches kSchema.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
@@ -91,6 +91,24 @@ struct Str<Member, Name> {
   static c10::string_view name(M value) { return c10::string_view(Name(value)); }
 };
 
+// "int[2] name": two int64 Params members, Params::*First and Params::*Second (a convolution's padding or
+// stride as (h, w)). Python passes one int as two equal values; any length other than 2 raises ValueError
+// naming the argument (Name, a `const char*` constant). opkit::call passes {params.*First, params.*Second}.
+template <auto First, auto Second, const char* Name>
+struct IntPair;
+
+template <typename P, std::int64_t P::*First, std::int64_t P::*Second, const char* Name>
+struct IntPair<First, Second, Name> {
+  using type = c10::IntArrayRef;
+  using params = P;
+  static void store(P& params, c10::IntArrayRef a) {
+    TORCH_CHECK_VALUE(a.size() == 2, Name, " must be one int or two ints (h, w); got ", a.size(), " values");
+    params.*First = a[0];
+    params.*Second = a[1];
+  }
+  static std::array<std::int64_t, 2> load(const P& params) { return {params.*First, params.*Second}; }
+};
+
 template <int D>
 struct Dim {  // "int name" that is input_shape[D] (batch_size, channels, height, width of backward ops)
   using type = std::int64_t;
@@ -117,9 +135,15 @@ struct is_str_t<Str<Member, Name>> : std::true_type {};
 template <typename A>
 inline constexpr bool is_str = is_str_t<A>::value;
 template <typename A>
-inline constexpr bool is_field = !is_tensor<A> && !is_dim<A> && !is_str<A>;
+struct is_pair_t : std::false_type {};
+template <auto First, auto Second, const char* Name>
+struct is_pair_t<IntPair<First, Second, Name>> : std::true_type {};
 template <typename A>
-inline constexpr bool is_scalar = is_field<A> || is_str<A>;  // what kMakeParams receives
+inline constexpr bool is_pair = is_pair_t<A>::value;
+template <typename A>
+inline constexpr bool is_field = !is_tensor<A> && !is_dim<A> && !is_str<A> && !is_pair<A>;
+template <typename A>
+inline constexpr bool is_scalar = is_field<A> || is_str<A> || is_pair<A>;  // what kMakeParams receives
 
 template <typename Def, typename = void>
 struct has_make_params : std::false_type {};
@@ -155,7 +179,7 @@ template <typename A>
 auto scalar_part(typename A::type a) {
   if constexpr (is_str<A>) {
     return std::tuple<std::string>(std::string(a.data(), a.size()));
-  } else if constexpr (is_field<A>) {
+  } else if constexpr (is_field<A> || is_pair<A>) {
     return std::tuple<typename A::type>(a);
   } else {
     return std::tuple<>();
@@ -169,6 +193,9 @@ void store(P& params, Shape& shape, typename A::type a) {
     shape[A::dim] = a;
   } else if constexpr (is_str<A>) {
     static_assert(dependent_false<A>, "a Str argument needs the definition's kMakeParams to parse it");
+  } else if constexpr (is_pair<A>) {
+    static_assert(std::is_same_v<typename A::params, P>, "an IntPair of another Params struct");
+    A::store(params, a);
   } else if constexpr (is_field<A>) {
     static_assert(std::is_same_v<typename A::params, P>, "a Field of another Params struct");
     params.*A::member = a;
@@ -206,6 +233,8 @@ decltype(auto) load(const TensorList& tensors, const P& params, const Shape& sha
     return shape[A::dim];
   } else if constexpr (is_str<A>) {
     return A::name(params.*A::member);
+  } else if constexpr (is_pair<A>) {
+    return A::load(params);
   } else {
     return params.*A::member;
   }

@@ -10,8 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/torch_op_kit.h"
-#include "common/torch_utils.h"
+#include "common/torch_class_targets.h"
 
 namespace detops {
 namespace {
@@ -31,10 +30,8 @@ void check_params(const SigmoidFocalLossParams& p) {
   TORCH_CHECK_VALUE(std::isfinite(p.gamma), op, ": Invalid gamma value: ", p.gamma, ". gamma must be finite");
 }
 
-void check_class_index(std::int64_t row, std::int64_t value, std::int64_t classes) {
-  TORCH_CHECK_INDEX(value >= 0 && value <= classes, kMmcvOp, ": target[", row, "] = ", value,
-                    " is not a class index: expected a value in [0, ", classes, "] (", classes, " = background)");
-}
+// The mmcv form's targets: [0, C], C being the background class.
+constexpr ClassTargets kMmcvTargets{kMmcvOp, /*background=*/true};
 
 // torchvision form: shapes and dtypes (also the Meta kernel's checks), with torchvision's error types
 // (NotImplementedError for integer logits, RuntimeError for integer targets). Returns the loss's dtype:
@@ -51,46 +48,15 @@ at::ScalarType check_torchvision_inputs(const at::Tensor& inputs, const at::Tens
   return dtype;
 }
 
-// mmcv form: shapes, dtypes and, for CPU targets, their values (CUDA targets are checked by the kernels).
-void check_mmcv_inputs(const at::Tensor& input, const at::Tensor& target, const at::Tensor& weight) {
-  floating_dtype_of(input, kMmcvOp, "input");
-  TORCH_CHECK_VALUE(input.dim() == 2, kMmcvOp, ": input must be a 2-D tensor [N, C] of logits; got shape ",
-                    shape_string(input.sizes()));
-  TORCH_CHECK_TYPE(target.scalar_type() == at::kLong, kMmcvOp, ": target must be an int64 tensor of class indices; got ",
-                   target.scalar_type());
-  TORCH_CHECK_VALUE(target.dim() == 1 && target.size(0) == input.size(0), kMmcvOp, ": target must have shape [",
-                    input.size(0), "] (one class index per row of input); got shape ", shape_string(target.sizes()));
-  check_same_device(kMmcvOp, "input", input, "target", target);
-  if (weight.defined()) {
-    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == input.size(1), kMmcvOp,
-                      ": weight must have shape [", input.size(1), "] (one weight per class); got shape ",
-                      shape_string(weight.sizes()));
-    check_same_device(kMmcvOp, "input", input, "weight", weight);
-    check_same_dtype(kMmcvOp, "input", input, "weight", weight);
-  }
-  if (target.is_cpu()) {
-    const at::Tensor tc = target.contiguous();
-    const std::int64_t* t = tc.data_ptr<std::int64_t>();
-    for (std::int64_t n = 0; n < tc.numel(); ++n) check_class_index(n, t[n], input.size(1));
-  }
-}
-
 // The launcher (CUDA) or the CPU implementation over args, on x's device. The mmcv form's kernels record
-// the first row whose target is not a class index; it is read back and raised here.
+// the first row whose target is not a class index; it is read back and raised (kMmcvTargets.run).
 template <typename A>
 void run_focal(const at::Tensor& x, const at::Tensor& tc, const SigmoidFocalLossParams& p, std::int64_t classes,
                A& args, Launcher<SigmoidFocalLossParams, A>* launch, CpuEntry<SigmoidFocalLossParams, A>* cpu) {
-  const DType dtype = floating_dtype_of(x, sigmoid_focal_loss_op_name(p.form), "inputs");
+  if (p.form == FocalLossForm::kMmcv) return kMmcvTargets.run("input", x, tc, classes, p, args, launch, cpu);
+  const DType dtype = floating_dtype_of(x, kOp, "inputs");
   run_on_device(
-      sigmoid_focal_loss_op_name(p.form), "inputs", x,
-      [&](cudaStream_t stream) {
-        if (p.form == FocalLossForm::kTorchvision) return launch(p, args, dtype, stream);
-        FirstInvalidRow invalid(tc, stream);
-        args.first_invalid_row = invalid.get();
-        launch(p, args, dtype, stream);
-        const std::int64_t row = invalid.read();
-        if (row >= 0) check_class_index(row, tc[row].item<std::int64_t>(), classes);
-      },
+      kOp, "inputs", x, [&](cudaStream_t stream) { launch(p, args, dtype, stream); },
       [&] { cpu(p, args, dtype, aten_parallel_for()); });
 }
 
@@ -185,14 +151,14 @@ at::Tensor sigmoid_focal_loss_backward(const at::Tensor& grad, const at::Tensor&
 at::Tensor sigmoid_focal_loss_mmcv_forward(const at::Tensor& input, const at::Tensor& target, const at::Tensor& weight,
                                            const SigmoidFocalLossParams& params) {
   check_form(params, FocalLossForm::kMmcv);
-  check_mmcv_inputs(input, target, weight);
+  kMmcvTargets.check_inputs(input, target, weight);
   return forward_impl(input, target, weight, params, input.size(1), static_cast<double>(input.size(0)));
 }
 
 at::Tensor sigmoid_focal_loss_mmcv_backward(const at::Tensor& grad, const at::Tensor& input, const at::Tensor& target,
                                             const at::Tensor& weight, const SigmoidFocalLossParams& params) {
   check_form(params, FocalLossForm::kMmcv);
-  check_mmcv_inputs(input, target, weight);
+  kMmcvTargets.check_inputs(input, target, weight);
   return backward_impl(grad, input, target, weight, params, input.size(1), static_cast<double>(input.size(0)));
 }
 
@@ -208,7 +174,7 @@ at::Tensor focal_meta(const at::Tensor& inputs, const at::Tensor& targets, const
 }
 at::Tensor mmcv_meta(const at::Tensor& input, const at::Tensor& target, const at::Tensor& weight,
                      const SigmoidFocalLossParams& p) {
-  check_mmcv_inputs(input, target, weight);
+  kMmcvTargets.check_inputs(input, target, weight);
   return meta_out(input, p);
 }
 

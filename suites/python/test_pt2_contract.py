@@ -75,11 +75,12 @@ def _roi_align_backward(dtype, device):
 
 def _roi_pool(dtype, device, grad=True):
     x = _feature(N, C, H, W, dtype, device, grad=grad)
-    return [((x, _rois(K, N, H, W, SCALE, dtype, device), SCALE, 3, 3), {})]
+    rois = _rois(K, N, H, W, SCALE, dtype, device)
+    return [((x, rois, SCALE, 3, 3), {}), ((x, rois, SCALE, 3, 3), {"exact_max": True})]
 
 
 def _roi_pool_backward(dtype, device):
-    (args, _), = _roi_pool(dtype, device, grad=False)
+    (args, _), _ = _roi_pool(dtype, device, grad=False)
     _, argmax = torch.ops.detops.roi_pool(*args)
     grad = torch.randn(K, C, 3, 3, generator=_gen(5), dtype=torch.float64).to(dtype=dtype, device=device)
     return [((grad, args[1], argmax, SCALE, 3, 3, N, C, H, W), {})]
@@ -138,15 +139,24 @@ def _batched_nms(dtype, device, grad=False):
 
 
 def _pairwise(eps):
-    def build(dtype, device, grad=False):
-        args = (_boxes(7, dtype, device, seed=3), _boxes(5, dtype, device, seed=6))
-        return [(args + ((1e-7,) if eps else ()), {})]
+    def build(dtype, device, grad=True):
+        args = (_boxes(7, dtype, device, seed=3, grad=grad), _boxes(5, dtype, device, seed=6, grad=grad))
+        args += (1e-7,) if eps else ()
+        return [(args, {}), (args, {"defined_degenerate": True})]
     return build
+
+
+def _pairwise_backward(dtype, device):
+    b1, b2 = _boxes(7, dtype, device, seed=3), _boxes(5, dtype, device, seed=6)
+    out_dtype = torch.ops.detops.box_iou(b1, b2).dtype  # float32 for half-precision boxes
+    g = torch.rand(7, 5, generator=_gen(5), dtype=torch.float64).to(dtype=out_dtype, device=device)
+    return [((g, b1, b2, v, 1e-7), {}) for v in ("iou", "giou", "diou", "ciou")] + \
+           [((g, b1, b2, "ciou", 1e-7, True), {})]
 
 
 def _loss(dtype, device, grad=True):
     b1, b2 = _boxes(9, dtype, device, seed=3, grad=grad), _boxes(9, dtype, device, seed=6, grad=grad)
-    return [((b1, b2, r, 1e-7), {}) for r in ("none", "mean", "sum")]
+    return [((b1, b2, r, 1e-7), {}) for r in ("none", "mean", "sum")] + [((b1, b2, "mean", 1e-7), {"defined_degenerate": True})]
 
 
 def _loss_backward(dtype, device):
@@ -155,7 +165,7 @@ def _loss_backward(dtype, device):
     g_none = torch.rand(9, generator=_gen(5), dtype=torch.float64).to(dtype=loss_dtype, device=device)
     g_sum = torch.tensor(0.5, dtype=loss_dtype, device=device)
     return [((g_none, b1, b2, v, "none", 1e-7), {}) for v in ("iou", "giou", "diou", "ciou")] + \
-           [((g_sum, b1, b2, "ciou", "sum", 1e-7), {})]
+           [((g_sum, b1, b2, "ciou", "sum", 1e-7), {}), ((g_sum, b1, b2, "giou", "sum", 1e-7, True), {})]
 
 
 def _logits(shape, dtype, device, grad):
@@ -190,6 +200,44 @@ def _focal_mmcv_backward(dtype, device):
     return [((g, x, target, 2.0, 0.25, None, "none"), {})]
 
 
+def _softmax_focal(dtype, device, grad=True):
+    x = _logits((6, 5), dtype, device, grad)
+    target = torch.tensor([0, 4, -1, 2, 3, 1], device=device)  # -1: an ignored row
+    w = torch.linspace(0.5, 1.5, 5, dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((x, target, 2.0, 0.25, w, "mean"), {}), ((x, target, 1.5, 0.25, None, "none"), {}),
+            ((x, target, 2.0, 0.5, None, "sum"), {})]
+
+
+def _softmax_focal_backward(dtype, device):
+    x = _logits((6, 5), dtype, device, False)
+    target = torch.tensor([0, 4, -1, 2, 3, 1], device=device)
+    g = torch.rand(6, generator=_gen(9), dtype=torch.float64).to(dtype=dtype, device=device)
+    w = torch.linspace(0.5, 1.5, 5, dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((g, x, target, 2.0, 0.25, w, "none"), {}),
+            ((torch.tensor(1.0, dtype=dtype, device=device), x, target, 2.0, 0.25, None, "mean"), {})]
+
+
+def _masked_conv2d(dtype, device, grad=True):
+    x = _feature(N, C, H, W, dtype, device, grad=grad)
+    w = _feature(5, C, 3, 3, dtype, device, seed=10, grad=grad)
+    b = torch.linspace(-1, 1, 5, dtype=torch.float64).to(dtype=dtype, device=device).requires_grad_(grad)
+    mask = (torch.rand(N, H, W, generator=_gen(11)) < 0.5).to(device)  # padding 1, stride 1: the input's size
+    mask_s2 = (torch.rand(1, 6, 7, generator=_gen(12)) - 0.3).to(dtype=dtype, device=device)  # stride 2, all images
+    return [((x, mask, w, b, [1, 1], [1, 1]), {}), ((x, mask_s2, w, None, [1, 1], [2, 2]), {})]
+
+
+def _masked_conv2d_backward_input(dtype, device):
+    (args, _), _ = _masked_conv2d(dtype, device, grad=False)
+    g = torch.randn(N, 5, H, W, generator=_gen(13), dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((g, args[1], args[2], N, C, H, W, [1, 1], [1, 1]), {})]
+
+
+def _masked_conv2d_backward_weight(dtype, device):
+    (args, _), _ = _masked_conv2d(dtype, device, grad=False)
+    g = torch.randn(N, 5, H, W, generator=_gen(13), dtype=torch.float64).to(dtype=dtype, device=device)
+    return [((g, args[0], args[1], args[2], [1, 1], [1, 1]), {})]
+
+
 # op name -> builder(dtype, device) -> [(args, kwargs), ...]. Forward ops take grad=: whether the
 # differentiable tensors require grad.
 FORWARD = {
@@ -199,13 +247,18 @@ FORWARD = {
     "distance_box_iou": _pairwise(True), "complete_box_iou": _pairwise(True),
     "iou_loss": _loss, "generalized_box_iou_loss": _loss, "distance_box_iou_loss": _loss,
     "complete_box_iou_loss": _loss, "sigmoid_focal_loss": _focal, "sigmoid_focal_loss_mmcv": _focal_mmcv,
+    "softmax_focal_loss": _softmax_focal, "masked_conv2d": _masked_conv2d,
 }
 BACKWARD = {
     "_roi_align_backward": _roi_align_backward, "_roi_pool_backward": _roi_pool_backward,
     "_ps_roi_align_backward": _ps_roi_align_backward, "_ps_roi_pool_backward": _ps_roi_pool_backward,
     "_prroi_pool_backward": _prroi_pool_backward, "_prroi_pool_rois_backward": _prroi_pool_rois_backward,
-    "_box_iou_loss_backward": _loss_backward, "_sigmoid_focal_loss_backward": _focal_backward,
+    "_box_iou_pairwise_backward": _pairwise_backward, "_box_iou_loss_backward": _loss_backward,
+    "_sigmoid_focal_loss_backward": _focal_backward,
     "_sigmoid_focal_loss_mmcv_backward": _focal_mmcv_backward,
+    "_softmax_focal_loss_backward": _softmax_focal_backward,
+    "_masked_conv2d_backward_input": _masked_conv2d_backward_input,
+    "_masked_conv2d_backward_weight": _masked_conv2d_backward_weight,
 }
 SAMPLES = {**FORWARD, **BACKWARD}
 

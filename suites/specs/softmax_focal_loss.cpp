@@ -1,0 +1,333 @@
+// The softmax focal loss op spec (mmcv's form: [N, C] logits, int64 class targets, negative targets ignored,
+// per-class weights). Seeded cases (the half-precision regression cases among them: logits of |x| = 1e4, where
+// mmcv's fp16 softmax rounds p_t to 0 and its loss becomes inf; sums over thousands of rows that a
+// half-precision accumulator gets wrong), bad inputs, determinism, tolerances and the detection benchmark
+// shapes (COCO's 81 and LVIS's 1204 classes).
+#include "kit/spec_prelude.h"
+
+#include "detops/reference/softmax_focal_loss_reference.h"
+#include "kit/feature_cases.h"
+#include "softmax_focal_loss/softmax_focal_loss_torch.h"
+
+namespace detops {
+namespace {
+
+using R = SoftmaxFocalLossReduction;
+
+enum class Logits {
+  kNormal,  // N(0, 2^2)
+  kSmall,   // N(0, 0.1^2): p close to 1 / C
+  kLarge,   // uniform in [-30, 30]: p_t from about 1 down to e^-60
+  kHuge,    // each of -1e4, -5e3, 0, 5e3, 1e4 (exact in fp16): p_t rounds to 0 or 1 in every dtype
+  kTied,    // one value per row: p = 1 / C exactly
+  kNaN,     // N(0, 2^2) with a NaN in every fifth row
+};
+
+enum class Targets {
+  kUniform,  // uniform over [0, C)
+  kArgmax,   // the row's largest logit: p_t >= 1 / C (close to 1 for large logits: q = 1 - p_t tiny)
+  kArgmin,   // the row's smallest logit: p_t tiny for large logits
+};
+
+struct SoftmaxFocalCaseConfig {
+  std::int64_t n = 12, classes = 5;
+  double gamma = 2.0, alpha = 0.25;
+  R reduction = R::kMean;
+  bool weighted = false;
+  double ignored = 0.0;  // fraction of rows whose target is negative (-1, or -1 - k for every third such row)
+  Logits logits = Logits::kNormal;
+  Targets targets = Targets::kUniform;
+  bool noncontiguous = false;
+  bool stride0_grad = false;
+};
+
+at::Tensor make_logits(Logits kind, at::Generator& gen, std::int64_t n, std::int64_t c) {
+  switch (kind) {
+    case Logits::kNormal: return at::randn({n, c}, gen, f64()) * 2;
+    case Logits::kSmall: return at::randn({n, c}, gen, f64()) * 0.1;
+    case Logits::kLarge: return at::rand({n, c}, gen, f64()) * 60 - 30;
+    case Logits::kHuge: return (at::randint(0, 5, {n, c}, gen, f64()) - 2) * 5e3;
+    case Logits::kTied: return (at::randn({n, 1}, gen, f64()) * 3).expand({n, c}).contiguous();
+    case Logits::kNaN: {
+      at::Tensor x = at::randn({n, c}, gen, f64()) * 2;
+      for (std::int64_t r = 0; r < n; r += 5) x[r][(r / 5) % c] = kNaN;
+      return x;
+    }
+  }
+  throw std::invalid_argument("make_logits: unknown kind");
+}
+
+at::Tensor make_target(const SoftmaxFocalCaseConfig& cfg, const at::Tensor& x, at::Generator& gen) {
+  const at::TensorOptions i64 = at::TensorOptions().dtype(at::kLong);
+  at::Tensor t;
+  switch (cfg.targets) {
+    case Targets::kUniform: t = at::randint(0, cfg.classes, {cfg.n}, gen, i64); break;
+    case Targets::kArgmax: t = x.argmax(1); break;
+    case Targets::kArgmin: t = x.argmin(1); break;
+  }
+  const at::Tensor ignored = at::rand({cfg.n}, gen, f64()) < cfg.ignored;
+  const at::Tensor negative = -1 - (at::arange(cfg.n, i64) % 3) * (at::arange(cfg.n, i64) % 7);  // -1 mostly
+  return at::where(ignored, negative, t).contiguous();
+}
+
+std::vector<std::int64_t> target_vector(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kCPU).to(at::kLong).contiguous();
+  return std::vector<std::int64_t>(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel());
+}
+
+CaseData make_case(const SoftmaxFocalCaseConfig& cfg, std::uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  CaseData d;
+  const at::Tensor x = make_logits(cfg.logits, gen, cfg.n, cfg.classes);
+  d.inputs = {x, make_target(cfg, x, gen)};
+  if (cfg.weighted) d.inputs.push_back(at::rand({cfg.classes}, gen, f64()) * 1.5 + 0.25);
+  d.differentiable = {0};
+  const SoftmaxFocalLossParams p{cfg.gamma, cfg.alpha, cfg.reduction};
+  auto input_of = [cfg](const at::Tensor& t) { return cfg.noncontiguous ? t.t().contiguous().t() : t; };
+  auto weight_of = [](const Tensors& in) { return in.size() > 2 ? in[2] : at::Tensor(); };
+  d.op_forward = [p, input_of, weight_of](const Tensors& in) {
+    return Tensors{softmax_focal_loss_forward(input_of(in[0]), in[1], weight_of(in), p)};
+  };
+  d.op_backward = [p, input_of, weight_of](const Tensors& in, const Tensors& grad) {
+    return Tensors{softmax_focal_loss_backward(grad[0], input_of(in[0]), in[1], weight_of(in), p)};
+  };
+  auto reference = [](const SoftmaxFocalLossParams& q, const Tensors& in) {
+    const reference::Vectord w = in.size() > 2 ? kit::to_vector(in[2]) : reference::Vectord();
+    const at::Tensor t = kit::from_vector(reference::softmax_focal_loss_forward(
+        q, kit::to_matrix(in[0]), target_vector(in[1]), in.size() > 2 ? &w : nullptr));
+    return q.reduction == R::kNone ? t : t.reshape({});
+  };
+  d.reference_forward = [p, reference](const Tensors& in) { return Tensors{reference(p, in)}; };
+  // A reduced value's tolerance scales with its terms: the sum (mean) of the |row losses|.
+  d.reference_forward_magnitude = [p, reference](const Tensors& in) {
+    SoftmaxFocalLossParams none = p;
+    none.reduction = R::kNone;
+    const at::Tensor terms = reference(none, in).abs();
+    if (p.reduction == R::kNone) return Tensors{terms};
+    const double rows = static_cast<double>(in[0].size(0));
+    const at::Tensor total = terms.sum();
+    return Tensors{p.reduction == R::kMean && rows > 0 ? total / rows : total};
+  };
+  d.reference_backward = [p](const Tensors& in, const Tensors& grad) {
+    const reference::Vectord w = in.size() > 2 ? kit::to_vector(in[2]) : reference::Vectord();
+    return Tensors{kit::from_matrix(reference::softmax_focal_loss_backward(
+        p, kit::to_matrix(in[0]), target_vector(in[1]), in.size() > 2 ? &w : nullptr, kit::to_vector(grad[0].reshape({-1}))))};
+  };
+  if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
+  if (cfg.logits == Logits::kNaN) d.gradcheck_skip_reason = "NaN logits: nothing to differentiate";
+  return d;
+}
+
+std::vector<OpCase> softmax_focal_cases() {
+  kit::CaseList<SoftmaxFocalCaseConfig> add(0x50F7'1000, make_case);
+  SoftmaxFocalCaseConfig c;
+  c = {}; add("rows12_classes5_mean", c);
+  c = {}; c.reduction = R::kSum; add("rows12_classes5_sum", c);
+  c = {}; c.reduction = R::kNone; add("rows12_classes5_none", c);
+  c = {}; c.weighted = true; add("weighted_mean", c);
+  c = {}; c.weighted = true; c.reduction = R::kSum; add("weighted_sum", c);
+  c = {}; c.weighted = true; c.reduction = R::kNone; add("weighted_none", c);
+  c = {}; c.classes = 1; c.n = 30; add("one_class_mean_is_zero", c);  // p_t = 1: loss and gradient 0
+  c = {}; c.classes = 1; c.n = 30; c.weighted = true; c.reduction = R::kNone; add("one_class_weighted_none", c);
+  c = {}; c.classes = 2; c.n = 40; c.reduction = R::kNone; add("two_classes_none", c);
+  c = {}; c.classes = 81; c.n = 64; add("coco_81_classes_mean", c);
+  c = {}; c.classes = 81; c.n = 64; c.reduction = R::kNone; add("coco_81_classes_none", c);
+  c = {}; c.classes = 81; c.n = 64; c.weighted = true; c.reduction = R::kSum; add("coco_81_classes_weighted_sum", c);
+  c = {}; c.classes = 1204; c.n = 6; add("lvis_1204_classes_mean", c);
+  c = {}; c.classes = 1204; c.n = 6; c.weighted = true; c.reduction = R::kNone; add("lvis_1204_classes_weighted_none", c);
+  // kSoftmaxFocalBlockRowClasses (2048) classes or more: a block per row on CUDA.
+  c = {}; c.classes = 2100; c.n = 4; c.reduction = R::kNone; add("block_row_2100_classes_none", c);
+  c = {}; c.classes = 2100; c.n = 5; c.reduction = R::kSum; c.ignored = 0.3; add("block_row_2100_classes_sum", c);
+  c = {}; c.classes = 4096; c.n = 3; c.weighted = true; c.logits = Logits::kLarge; add("block_row_4096_large_logits_weighted_mean", c);
+  c = {}; c.classes = 2047; c.n = 3; c.reduction = R::kNone; add("warp_row_2047_classes_below_switch", c);
+  c = {}; c.classes = 2048; c.n = 3; c.reduction = R::kNone; add("block_row_2048_classes_at_switch", c);
+  // More rows than one pass of the grid covers (grid_for caps the grid at 32 blocks per SM: 8 rows per block for
+  // 'none', one 64-row chunk per block for 'mean'), so the kernels' grid-stride loops wrap.
+  c = {}; c.classes = 3; c.n = 40000; c.reduction = R::kNone; c.ignored = 0.1; add("rows_40000_grid_stride_none", c);
+  c = {}; c.classes = 2; c.n = 300000; add("rows_300000_chunk_grid_stride_mean", c);
+  c = {}; c.ignored = 0.3; c.n = 30; add("ignored_rows_mean", c);
+  c = {}; c.ignored = 0.3; c.n = 30; c.weighted = true; c.reduction = R::kNone; add("ignored_rows_weighted_none", c);
+  c = {}; c.ignored = 1.0; c.reduction = R::kSum; add("all_rows_ignored_sum", c);
+  c = {}; c.ignored = 1.0; c.weighted = true; add("all_rows_ignored_weighted_mean", c);
+  c = {}; c.gamma = 0; add("gamma_zero_is_scaled_cross_entropy", c);
+  c = {}; c.gamma = 0.5; add("gamma_half", c);
+  c = {}; c.gamma = 1; c.reduction = R::kNone; add("gamma_one_none", c);
+  c = {}; c.gamma = 5; add("gamma_five", c);
+  c = {}; c.gamma = 3; c.reduction = R::kSum; add("gamma_three_pow", c);
+  c = {}; c.gamma = -0.5; c.reduction = R::kNone; add("gamma_negative", c);  // mmcv accepts it
+  c = {}; c.alpha = 0; add("alpha_zero", c);
+  c = {}; c.alpha = 1; add("alpha_one", c);
+  c = {}; c.alpha = -0.5; c.reduction = R::kNone; add("alpha_negative_used_as_given", c);
+  c = {}; c.alpha = 1.5; c.reduction = R::kSum; add("alpha_above_one_used_as_given", c);
+  c = {}; c.classes = 16; c.logits = Logits::kLarge; c.reduction = R::kNone; add("large_logits_30_none", c);
+  c = {}; c.classes = 16; c.logits = Logits::kLarge; c.reduction = R::kSum; add("large_logits_30_sum", c);
+  c = {}; c.classes = 16; c.logits = Logits::kLarge; c.targets = Targets::kArgmax; c.reduction = R::kNone; add("large_logits_target_argmax_p_near_1", c);
+  c = {}; c.classes = 16; c.logits = Logits::kLarge; c.targets = Targets::kArgmax; c.gamma = 0.5; c.reduction = R::kNone; add("large_logits_target_argmax_gamma_half", c);
+  c = {}; c.classes = 16; c.logits = Logits::kLarge; c.targets = Targets::kArgmin; c.reduction = R::kNone; add("large_logits_target_argmin_p_near_0", c);
+  c = {}; c.classes = 16; c.logits = Logits::kLarge; c.gamma = 0.5; c.weighted = true; add("large_logits_gamma_half_weighted", c);
+  // |x| = 1e4 in half precision: mmcv's fp16 softmax gives p_t = 0 and an inf loss; the exact loss is alpha times
+  // the logit gap (up to 2e4), finite in every dtype. 8 rows keep a 'sum' below fp16's 65504.
+  c = {}; c.classes = 7; c.n = 8; c.logits = Logits::kHuge; c.reduction = R::kNone; add("huge_logits_1e4_none", c);
+  c = {}; c.classes = 7; c.n = 8; c.logits = Logits::kHuge; c.reduction = R::kSum; add("huge_logits_1e4_sum", c);
+  c = {}; c.classes = 7; c.n = 8; c.logits = Logits::kHuge; c.targets = Targets::kArgmin; c.reduction = R::kNone; add("huge_logits_1e4_target_argmin", c);
+  c = {}; c.classes = 7; c.n = 8; c.logits = Logits::kHuge; c.targets = Targets::kArgmax; c.gamma = 0.5; c.reduction = R::kNone; add("huge_logits_1e4_target_argmax_gamma_half", c);
+  c = {}; c.classes = 9; c.logits = Logits::kSmall; add("small_logits", c);
+  c = {}; c.classes = 6; c.logits = Logits::kTied; c.reduction = R::kNone; add("tied_logits_p_is_one_over_c", c);
+  // Long reductions: a half-precision accumulator stalls (fp16 adds nothing below half an ulp of the running sum;
+  // bf16 much earlier), so these fail unless the row losses are summed in fp32.
+  c = {}; c.classes = 10; c.n = 20000; add("mean_20000_rows_half_accumulation", c);
+  c = {}; c.classes = 4; c.n = 12000; c.reduction = R::kSum; add("sum_12000_rows_half_accumulation", c);
+  c = {}; c.n = 2 * 64 + 1; c.reduction = R::kSum; add("sum_chunk_edges_129_rows", c);
+  c = {}; c.n = 2 * 64; c.weighted = true; add("mean_whole_chunks_128_rows", c);
+  c = {}; c.n = 0; c.classes = 4; add("empty_rows_mean_is_nan", c);
+  c = {}; c.n = 0; c.classes = 4; c.reduction = R::kSum; add("empty_rows_sum_is_zero", c);
+  c = {}; c.n = 0; c.classes = 4; c.reduction = R::kNone; add("empty_rows_none", c);
+  c = {}; c.noncontiguous = true; c.classes = 7; c.reduction = R::kNone; add("noncontiguous_input", c);
+  c = {}; c.noncontiguous = true; c.classes = 7; c.weighted = true; add("noncontiguous_input_weighted_mean", c);
+  c = {}; c.stride0_grad = true; c.reduction = R::kNone; c.weighted = true; add("stride0_grad_output", c);
+  c = {}; c.logits = Logits::kNaN; c.reduction = R::kNone; c.n = 20; add("nan_logits_propagate", c);
+  c = {}; c.logits = Logits::kNaN; c.reduction = R::kSum; c.n = 20; add("nan_logits_sum", c);
+  return std::move(add.cases);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Bad inputs and the valid call.
+
+using kit::f32_on;
+using kit::other_device;
+
+at::TensorOptions i64_on(const at::Device& d) { return at::TensorOptions().dtype(at::kLong).device(d); }
+
+const SoftmaxFocalLossParams kMean{2.0, 0.25, R::kMean};
+const SoftmaxFocalLossParams kNone{2.0, 0.25, R::kNone};
+
+std::vector<BadInputCase> softmax_focal_bad_inputs() {
+  kit::BadInputs bad;
+  auto targets = [](const at::Device& d, std::vector<std::int64_t> v) {
+    return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(d);
+  };
+  auto x23 = [](const at::Device& d) { return at::zeros({2, 3}, f32_on(d)); };
+  bad.add("input_one_dimensional", [=](const at::Device& d) {
+        softmax_focal_loss_forward(at::zeros({6}, f32_on(d)), targets(d, {0, 1}), at::Tensor(), kMean); },
+          {"input", "[N, C]", "[6]"});
+  bad.add("input_zero_classes", [=](const at::Device& d) {
+        softmax_focal_loss_forward(at::zeros({2, 0}, f32_on(d)), targets(d, {0, 0}), at::Tensor(), kMean); },
+          {"input", "at least one class", "[2, 0]"});
+  bad.add("integer_input", [=](const at::Device& d) {
+        softmax_focal_loss_forward(at::zeros({2, 3}, i64_on(d)), targets(d, {0, 1}), at::Tensor(), kMean); },
+          {"input", "float64, float32, float16 or bfloat16"});
+  bad.add("target_float", [=](const at::Device& d) {
+        softmax_focal_loss_forward(x23(d), at::zeros({2}, f32_on(d)), at::Tensor(), kMean); },
+          {"target", "int64", "Float"});
+  bad.add("target_wrong_length", [=](const at::Device& d) {
+        softmax_focal_loss_forward(x23(d), targets(d, {0, 1, 2}), at::Tensor(), kMean); },
+          {"target", "shape [2]", "[3]"});
+  bad.add("target_two_dimensional", [=](const at::Device& d) {
+        softmax_focal_loss_forward(x23(d), targets(d, {0, 1}).view({2, 1}), at::Tensor(), kMean); },
+          {"target", "shape [2]", "[2, 1]"});
+  bad.add("target_equal_to_classes", [=](const at::Device& d) {
+        softmax_focal_loss_forward(x23(d), targets(d, {0, 3}), at::Tensor(), kMean); },
+          {"target[1] = 3", "class index", "[0, 3)"});
+  bad.add("target_far_above_classes_none", [=](const at::Device& d) {
+        softmax_focal_loss_forward(x23(d), targets(d, {100, -1}), at::Tensor(), kNone); },
+          {"target[0] = 100", "[0, 3)"});
+  bad.add("backward_target_out_of_range", [=](const at::Device& d) {
+        softmax_focal_loss_backward(at::ones({}, f32_on(d)), x23(d), targets(d, {0, 7}), at::Tensor(), kMean); },
+          {"target[1] = 7", "[0, 3)"});
+  bad.add("weight_wrong_length", [=](const at::Device& d) {
+        softmax_focal_loss_forward(x23(d), targets(d, {0, 1}), at::ones({4}, f32_on(d)), kMean); },
+          {"weight", "shape [3]", "[4]"});
+  bad.add("weight_two_dimensional", [=](const at::Device& d) {
+        softmax_focal_loss_forward(x23(d), targets(d, {0, 1}), at::ones({1, 3}, f32_on(d)), kMean); },
+          {"weight", "shape [3]", "[1, 3]"});
+  bad.add("weight_dtype_mismatch", [=](const at::Device& d) {
+        softmax_focal_loss_forward(x23(d), targets(d, {0, 1}), at::ones({3}, f32_on(d).dtype(at::kDouble)), kMean); },
+          {"weight dtype", "Double", "input dtype"});
+  bad.add("weight_on_other_device", [=](const at::Device& d) {
+        softmax_focal_loss_forward(x23(d), targets(d, {0, 1}), other_device(at::ones({3}, f32_on(d)), d), kMean); },
+          {"input and weight", "same device"});
+  bad.add("target_on_other_device", [=](const at::Device& d) {
+        softmax_focal_loss_forward(x23(d), other_device(targets(d, {0, 1}), d), at::Tensor(), kMean); },
+          {"input and target", "same device"});
+  bad.add("invalid_reduction", [](const at::Device&) { make_softmax_focal_loss_params(2, 0.25, "batchmean"); },
+          {"Invalid", "reduction", "'batchmean'"});
+  bad.add("nan_gamma", [](const at::Device&) { make_softmax_focal_loss_params(kNaN, 0.25, "mean"); },
+          {"gamma", "finite"});
+  bad.add("infinite_alpha", [](const at::Device&) { make_softmax_focal_loss_params(2, kInf, "sum"); },
+          {"alpha", "finite"});
+  bad.add("backward_grad_wrong_shape", [=](const at::Device& d) {
+        softmax_focal_loss_backward(at::ones({3}, f32_on(d)), x23(d), targets(d, {0, 1}), at::Tensor(), kNone); },
+          {"grad", "[2]", "[3]"});
+  bad.add("backward_grad_not_scalar_for_mean", [=](const at::Device& d) {
+        softmax_focal_loss_backward(at::ones({2}, f32_on(d)), x23(d), targets(d, {0, 1}), at::Tensor(), kMean); },
+          {"grad", "0-d", "'mean'"});
+  bad.add("backward_grad_dtype_mismatch", [=](const at::Device& d) {
+        softmax_focal_loss_backward(at::ones({2}, f32_on(d).dtype(at::kDouble)), x23(d), targets(d, {0, 1}),
+                                    at::Tensor(), kNone); },
+          {"grad dtype", "Double", "Float"});
+  return std::move(bad.cases);
+}
+
+// One row of two equal logits, target 0: p_t = 1/2, loss = 0.25 * (1/2)^2 * log 2.
+constexpr double kTwoTiedLogitsLoss = 0.25 * 0.25 * 0.69314718055994530942;
+
+// Benchmarks (docs/benchmarks.md): the classification loss of a two-stage detector's box head or of a dense
+// head over many anchors, 100,000 rows of N(0, 1) logits, 75 % of them background (class C - 1) and the rest
+// uniform over the other classes; COCO's 81 classes (80 + background) and LVIS's 1204 (1203 + background);
+// reduction 'mean' (mmcv's default); every dtype (the registry requires it), fp32 and fp16 the ones to watch.
+std::vector<harness::BenchCase> softmax_focal_benchmarks() {
+  std::vector<harness::BenchCase> out;
+  std::uint64_t seed = 9901;
+  for (const std::int64_t classes : {std::int64_t{81}, std::int64_t{1204}}) {
+    const std::int64_t rows = 100000;
+    const SoftmaxFocalLossParams params{2.0, 0.25, R::kMean};
+    const std::uint64_t case_seed = seed++;
+    auto make = [=](DType dtype) {
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(case_seed);
+      const at::Tensor x = harness::bench_to_cuda(at::randn({rows, classes}, gen, f64()), dtype);
+      const at::Tensor cls = at::randint(0, classes - 1, {rows}, gen, at::TensorOptions().dtype(at::kLong));
+      const at::Tensor target =
+          at::where(at::rand({rows}, gen, f64()) < 0.75, at::full({rows}, classes - 1, cls.options()), cls).cuda();
+      const at::Tensor loss = softmax_focal_loss_forward(x, target, at::Tensor(), params);
+      const at::Tensor grad = at::ones_like(loss);
+      harness::BenchInstance inst;
+      inst.forward = [x, target, params] { (void)softmax_focal_loss_forward(x, target, at::Tensor(), params); };
+      inst.backward = [grad, x, target, params] {
+        (void)softmax_focal_loss_backward(grad, x, target, at::Tensor(), params);
+      };
+      inst.bytes_forward = kit::bench_bytes({x, target, loss});
+      inst.bytes_backward = kit::bench_bytes({grad, x, target, x});  // grad_input is x's size
+      return inst;
+    };
+    out.push_back(kit::bench_case("rows_100000x" + std::to_string(classes) + "_mean",
+                                  "input[100000," + std::to_string(classes) + "] target[100000] reduction mean",
+                                  "fwd: input + target + the 0-d loss; bwd: grad (0-d) + input + target + grad_input",
+                                  make));
+  }
+  return out;
+}
+
+OpSpec softmax_focal_loss_spec() {
+  OpSpec spec = kit::op_spec("softmax_focal_loss", softmax_focal_cases(), softmax_focal_bad_inputs());
+  spec.valid_call = [](const at::Device& d) {
+    const at::Tensor got = softmax_focal_loss_forward(at::zeros({1, 2}, f32_on(d)), at::zeros({1}, i64_on(d)),
+                                                      at::Tensor(), kMean);
+    const double value = got.cpu().to(at::kDouble).item<double>();
+    TORCH_CHECK(std::abs(value - kTwoTiedLogitsLoss) < 1e-6, "softmax_focal_loss: a valid call after the bad one returned ",
+                value, ", expected ", kTwoTiedLogitsLoss);
+  };
+  spec.determinism.forward_cpu = spec.determinism.forward_cuda = true;
+  spec.determinism.backward_cpu = spec.determinism.backward_cuda = true;
+  spec.determinism.note =
+      "no atomics on values: each row's loss and gradient are written by one thread (a warp or block reduces the "
+      "row's softmax with a fixed butterfly); 'mean' / 'sum' sum fixed chunks of 64 rows in fp32 / fp64 with a fixed "
+      "tree (in order on the CPU), then the chunk sums in a fixed order, independent of the grid, the device and the "
+      "CPU thread count (CPU and CUDA orders differ)";
+  spec.benchmarks = softmax_focal_benchmarks();
+  return spec;
+}
+
+DETOPS_REGISTER_OP_SPEC(softmax_focal_loss_spec);
+
+}  // namespace
+}  // namespace detops
