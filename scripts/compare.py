@@ -20,6 +20,7 @@ import fnmatch
 import json
 import math
 import pathlib
+import re
 import sys
 from fractions import Fraction
 
@@ -162,26 +163,108 @@ def is_detops_record(rec):
     return "detops_schema_version" in rec.get("context", {})
 
 
-def validate_record(rec, schema_path=SCHEMA_PATH):
+def _json_type_ok(value, t):
+    if t == "object":
+        return isinstance(value, dict)
+    if t == "array":
+        return isinstance(value, list)
+    if t == "string":
+        return isinstance(value, str)
+    if t == "boolean":
+        return isinstance(value, bool)
+    if t == "null":
+        return value is None
+    if t == "integer":
+        return isinstance(value, int) and not isinstance(value, bool) or (isinstance(value, float) and value.is_integer())
+    if t == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    raise ValueError(f"record.schema.json uses type {t!r}, which the built-in validator does not know")
+
+
+# The keywords of docs/record.schema.json that the built-in validator implements (annotations need nothing);
+# a schema using any other keyword makes it fail loudly rather than pass a record it did not check.
+_SCHEMA_KEYWORDS = {"type", "$ref", "properties", "required", "minLength", "minimum", "maximum", "enum", "items",
+                    "const", "pattern", "if", "then", "allOf", "minItems"}
+_SCHEMA_ANNOTATIONS = {"description", "title", "$schema", "$id", "$defs", "$comment", "default", "examples"}
+
+
+def _builtin_errors(schema, node, value, path, errors):
+    """Draft 2020-12 validation of `value` against `node` for the keywords record.schema.json uses; appends
+    (path, message) pairs with messages in jsonschema's words."""
+    unknown = set(node) - _SCHEMA_KEYWORDS - _SCHEMA_ANNOTATIONS
+    if unknown:
+        raise ValueError(f"record.schema.json uses {sorted(unknown)}, which the built-in validator does not implement")
+    if "$ref" in node:
+        ref = node["$ref"]
+        if not ref.startswith("#/$defs/"):
+            raise ValueError(f"record.schema.json: unsupported $ref {ref!r}")
+        _builtin_errors(schema, schema["$defs"][ref[len("#/$defs/"):]], value, path, errors)
+    if "type" in node:
+        types = node["type"] if isinstance(node["type"], list) else [node["type"]]
+        if not any(_json_type_ok(value, t) for t in types):
+            errors.append((path, f"{value!r} is not of type {', '.join(repr(t) for t in types)}"))
+            return
+    if "const" in node and value != node["const"]:
+        errors.append((path, f"{node['const']!r} was expected"))
+    if "enum" in node and value not in node["enum"]:
+        errors.append((path, f"{value!r} is not one of {node['enum']!r}"))
+    if isinstance(value, str):
+        if "minLength" in node and len(value) < node["minLength"]:
+            errors.append((path, f"{value!r} should be non-empty" if node["minLength"] == 1 else f"{value!r} is too short"))
+        if "pattern" in node and not re.search(node["pattern"], value):
+            errors.append((path, f"{value!r} does not match {node['pattern']!r}"))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in node and not value >= node["minimum"]:
+            errors.append((path, f"{value!r} is less than the minimum of {node['minimum']!r}"))
+        if "maximum" in node and not value <= node["maximum"]:
+            errors.append((path, f"{value!r} is greater than the maximum of {node['maximum']!r}"))
+    if isinstance(value, dict):
+        for key in node.get("required", []):
+            if key not in value:
+                errors.append((path, f"{key!r} is a required property"))
+        for key, sub in node.get("properties", {}).items():
+            if key in value:
+                _builtin_errors(schema, sub, value[key], path + [key], errors)
+    if isinstance(value, list):
+        if "minItems" in node and len(value) < node["minItems"]:
+            errors.append((path, f"{value!r} should be non-empty" if node["minItems"] == 1 else f"{value!r} is too short"))
+        if "items" in node:
+            for i, item in enumerate(value):
+                _builtin_errors(schema, node["items"], item, path + [i], errors)
+    for sub in node.get("allOf", []):
+        _builtin_errors(schema, sub, value, path, errors)
+    if "if" in node:
+        probe = []
+        _builtin_errors(schema, node["if"], value, path, probe)
+        if not probe and "then" in node:
+            _builtin_errors(schema, node["then"], value, path, errors)
+
+
+def validate_record(rec, schema_path=SCHEMA_PATH, use_jsonschema=True):
     """Validates a DetOps record against docs/record.schema.json.
 
-    Returns (status, errors): status is "valid", "invalid", "not a DetOps record" (plain Google Benchmark
-    JSON, nothing to validate against) or "skipped: jsonschema not installed"; errors lists
-    "<json path>: <message>" for an invalid record.
+    Returns (status, errors): status is "valid", "invalid" or "not a DetOps record" (plain Google Benchmark
+    JSON, nothing to validate against); errors lists "<json path>: <message>" for an invalid record. The
+    jsonschema package validates when it is installed (and use_jsonschema); otherwise the built-in validator
+    of the schema's keywords does, so a record is never read unvalidated.
     """
     if not is_detops_record(rec):
         return "not a DetOps record", []
-    try:
-        import jsonschema
-    except ImportError:
-        return "skipped: jsonschema not installed", []
     with open(schema_path) as f:
         schema = json.load(f)
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = []
-    for e in sorted(validator.iter_errors(rec), key=lambda e: list(map(str, e.absolute_path))):
-        path = "/".join(str(p) for p in e.absolute_path) or "(record)"
-        errors.append(f"{path}: {e.message}")
+    try:
+        if not use_jsonschema:
+            raise ImportError
+        import jsonschema
+    except ImportError:
+        found = []
+        _builtin_errors(schema, schema, rec, [], found)
+        pairs = sorted(((list(map(str, p)), m) for p, m in found), key=lambda pm: pm[0])
+    else:
+        validator = jsonschema.Draft202012Validator(schema)
+        pairs = [(list(map(str, e.absolute_path)), e.message)
+                 for e in sorted(validator.iter_errors(rec), key=lambda e: list(map(str, e.absolute_path)))]
+    errors = [f"{'/'.join(p) or '(record)'}: {m}" for p, m in pairs]
     return ("invalid" if errors else "valid"), errors
 
 

@@ -502,8 +502,18 @@ def test_schema_is_valid_json_schema():
     jsonschema.Draft202012Validator.check_schema(json.loads(compare.SCHEMA_PATH.read_text()))
 
 
-def test_generated_record_validates():
-    pytest.importorskip("jsonschema", reason="jsonschema not installed: schema validation skipped")
+@pytest.fixture(params=["jsonschema", "builtin"])
+def validator(request, monkeypatch):
+    """Each schema test runs with the jsonschema package (skipped where it is not installed) and with the
+    built-in validator compare falls back to without it."""
+    if request.param == "jsonschema":
+        pytest.importorskip("jsonschema", reason="jsonschema not installed: its half of the schema tests skipped")
+    else:
+        monkeypatch.setitem(sys.modules, "jsonschema", None)  # import jsonschema now raises ImportError
+    return request.param
+
+
+def test_generated_record_validates(validator):
     assert compare.validate_record(sr.make_record(BENCH)) == ("valid", [])
     demo = sr.make_record(sr.demo_benchmarks(), sr.demo_tests())
     demo["outputs"] = {"dir": "outputs", "index": "outputs/index.json"}
@@ -518,9 +528,11 @@ def test_generated_record_validates():
     (lambda r: r["benchmarks"][10]["detops"]["stats_ms"].pop("q3"), "benchmarks/10/detops/stats_ms"),
     (lambda r: r["correctness"]["tests"][0].__setitem__("outcome", "fine"), "correctness/tests/0/outcome"),
     (lambda r: r["context"]["detops"].__setitem__("timer", "wall_clock"), "context/detops/timer"),
+    (lambda r: r["benchmarks"][0].pop("real_time"), "benchmarks/0"),
+    (lambda r: r["benchmarks"][0].__setitem__("real_time", "fast"), "benchmarks/0/real_time"),
+    (lambda r: r["benchmarks"].__setitem__(3, 7), "benchmarks/3"),
 ])
-def test_broken_record_is_invalid_and_refused(tmp_path, capsys, breakage, path_fragment):
-    pytest.importorskip("jsonschema", reason="jsonschema not installed: schema validation skipped")
+def test_broken_record_is_invalid_and_refused(tmp_path, capsys, validator, breakage, path_fragment):
     rec = sr.make_record(BENCH)
     assert rec["benchmarks"][10]["aggregate_name"] == "median"
     breakage(rec)
@@ -532,12 +544,56 @@ def test_broken_record_is_invalid_and_refused(tmp_path, capsys, breakage, path_f
     assert "does not match docs/record.schema.json" in capsys.readouterr().err
 
 
-def test_validation_without_jsonschema_says_skipped(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "jsonschema", None)  # import jsonschema now raises ImportError
-    assert compare.validate_record(sr.make_record(BENCH)) == ("skipped: jsonschema not installed", [])
+def test_without_jsonschema_a_record_is_still_validated(tmp_path, capsys, monkeypatch):
+    """No jsonschema: the built-in validator checks the record, so a benchmark entry without real_time is one
+    clear error (file, field) and exit 2, not a traceback."""
+    monkeypatch.setitem(sys.modules, "jsonschema", None)
+    assert compare.validate_record(sr.make_record(BENCH)) == ("valid", [])
     code, _ = run(tmp_path, sr.make_record(BENCH, seed=1), sr.make_record(BENCH, seed=2))
     assert code == compare.EXIT_OK
-    assert "schema validation skipped: jsonschema not installed" in capsys.readouterr().out
+    assert "schema validation" not in capsys.readouterr().out
+    rec = sr.make_record(BENCH, seed=2)
+    del rec["benchmarks"][0]["real_time"]
+    b, c = write_pair(tmp_path, sr.make_record(BENCH, seed=1), rec)
+    assert compare.main([str(b), str(c)]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert str(c) in err and "benchmarks/0: 'real_time' is a required property" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_builtin_validator_finds_what_jsonschema_finds(seed):
+    """Random corruptions of a valid record (fields removed, retyped, set out of range): the built-in validator
+    reports errors at the same JSON paths as jsonschema."""
+    pytest.importorskip("jsonschema", reason="jsonschema not installed: nothing to cross-check against")
+    import random
+    rng = random.Random(seed)
+    rec = sr.make_record(sr.demo_benchmarks(), sr.demo_tests())
+    rec["peers"] = sr.demo_peers()
+
+    def nodes(value, path):
+        yield path, value
+        children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+        for k, v in children:
+            yield from nodes(v, path + [k])
+
+    every = [(p, v) for p, v in nodes(rec, []) if p]
+    for path, _ in rng.sample(every, 6):
+        parent = rec
+        for k in path[:-1]:
+            parent = parent[k]
+        if not isinstance(parent, (dict, list)) or (isinstance(parent, list) and path[-1] >= len(parent)):
+            continue
+        action = rng.choice(["drop", "string", "negative", "null"])
+        if action == "drop" and isinstance(parent, dict):
+            parent.pop(path[-1], None)
+        elif action == "drop":
+            continue
+        else:
+            parent[path[-1]] = {"string": "x", "negative": -1, "null": None}[action]
+    ours = compare.validate_record(rec, use_jsonschema=False)
+    theirs = compare.validate_record(rec)
+    assert ours[0] == theirs[0]
+    assert sorted({e.split(": ")[0] for e in ours[1]}) == sorted({e.split(": ")[0] for e in theirs[1]})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -581,8 +637,7 @@ def test_no_peers_no_peer_section(tmp_path, capsys):
     assert "Against torchvision" not in capsys.readouterr().out
 
 
-def test_peer_entries_are_schema_checked(tmp_path):
-    pytest.importorskip("jsonschema", reason="jsonschema not installed: schema validation skipped")
+def test_peer_entries_are_schema_checked(tmp_path, validator):
     rec = sr.make_record(BENCH, seed=1)
     rec["peers"] = sr.demo_peers()
     assert compare.validate_record(rec)[0] == "valid"
