@@ -96,6 +96,20 @@ def main(argv=None):
                     help="time budget: entries not started by then are recorded as not run (default 480 s: the whole table took about 400 s on an H200, torchvision's 100k-box NMS alone ~350 ms per call)")
     ap.add_argument("--library", help="libdetops_torch.so (default: $DETOPS_TORCH_LIBRARY or build/*/ops)")
     args = ap.parse_args(argv)
+    if args.record:
+        # The record the entries are merged into is validated first, before anything runs or is written.
+        sys.path.insert(0, str(ROOT / "scripts"))
+        import compare
+        try:
+            status, errors = compare.validate_record(compare.load_record(args.record))
+        except compare.RecordError as e:
+            print(f"peer_bench: error: --record: {e}", file=sys.stderr)
+            return compare.EXIT_USAGE
+        if status == "invalid":
+            print(f"peer_bench: error: --record {args.record} does not match docs/record.schema.json (nothing "
+                  f"merged): {errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""),
+                  file=sys.stderr)
+            return compare.EXIT_USAGE
 
     try:
         import torch

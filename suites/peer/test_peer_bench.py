@@ -111,10 +111,29 @@ def test_a_failing_entry_keeps_its_error():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
 def test_without_cuda_exits_0_and_says_why(capsys, tmp_path):
     rec = tmp_path / "record.json"
-    rec.write_text("{}")
+    text = json.dumps(sr.make_record([("roi_align", "tiny", "fp32", "fwd", 0.1)]))
+    rec.write_text(text)
     assert peer_bench.main(["--record", str(rec)]) == 0
     assert "needs a GPU" in capsys.readouterr().out
-    assert rec.read_text() == "{}"
+    assert rec.read_text() == text
+
+
+@pytest.mark.parametrize("breakage,words", [
+    (lambda r: "{}", "not a benchmark record"),
+    (lambda r: "{\"context\": ", "is not JSON"),
+    (lambda r: json.dumps({**r, "benchmarks": [{k: v for k, v in b.items() if k != "real_time"} for b in r["benchmarks"]]}),
+     "'real_time' is a required property"),
+])
+def test_merge_target_is_validated_before_anything_runs(capsys, tmp_path, breakage, words):
+    """--record names the record the peer entries are merged into: a truncated, foreign or invalid one is one
+    line naming the file and the field, exit 2, and the file is left as it was (on any machine, GPU or not)."""
+    rec = tmp_path / "record.json"
+    text = breakage(sr.make_record([("roi_align", "tiny", "fp32", "fwd", 0.1)]))
+    rec.write_text(text)
+    assert peer_bench.main(["--record", str(rec)]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert words in err and str(rec) in err and "Traceback" not in err
+    assert rec.read_text() == text
 
 
 def test_write_atomic_replaces_the_file(tmp_path):

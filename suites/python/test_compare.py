@@ -560,6 +560,27 @@ def test_without_jsonschema_a_record_is_still_validated(tmp_path, capsys, monkey
     assert str(c) in err and "benchmarks/0: 'real_time' is a required property" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("breakage,words", [
+    (None, None),
+    (lambda r: r["context"]["detops"]["gpu"].pop("name"), "'name' is a required property"),
+    (lambda r: r.pop("context"), "not a benchmark record"),
+])
+def test_baseline_key_validates_the_record(tmp_path, breakage, words):
+    """scripts/baseline_key.py (scripts/run.sh's reader): the key of a valid record; a broken one is one line
+    naming the file and the field, exit 2, never a KeyError traceback."""
+    rec = sr.make_record(BENCH)
+    if breakage:
+        breakage(rec)
+    path = sr.write(tmp_path / "record.json", rec)
+    r = subprocess.run([sys.executable, str(pathlib.Path(compare.__file__).parent / "baseline_key.py"), str(path)],
+                       capture_output=True, text=True)
+    if breakage is None:
+        assert r.returncode == 0 and r.stdout.strip().endswith("_cuda13.0"), r
+    else:
+        assert r.returncode == compare.EXIT_USAGE and words in r.stderr and str(path) in r.stderr, r
+        assert "Traceback" not in r.stderr
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_builtin_validator_finds_what_jsonschema_finds(seed):
     """Random corruptions of a valid record (fields removed, retyped, set out of range): the built-in validator
