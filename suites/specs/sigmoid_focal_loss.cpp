@@ -245,11 +245,8 @@ CaseData make_mmcv_case(const MmcvCaseConfig& cfg, std::uint64_t seed) {
   d.reference_forward_magnitude = [p, reference](const Tensors& in) {
     SigmoidFocalLossParams none = p;
     none.reduction = R::kNone;
-    const at::Tensor terms = reference(none, in).abs();
-    if (p.reduction == R::kNone) return Tensors{terms};
-    const double rows = static_cast<double>(in[0].size(0));
-    const at::Tensor total = terms.sum();
-    return Tensors{p.reduction == R::kMean && rows > 0 ? total / rows : total};
+    return Tensors{kit::reduced_loss_magnitude(reference(none, in), p.reduction != R::kNone, p.reduction == R::kMean,
+                                               in[0].size(0))};
   };
   d.reference_backward = [p](const Tensors& in, const Tensors& grad) {
     const reference::Vectord w = in.size() > 2 ? kit::to_vector(in[2]) : reference::Vectord();

@@ -34,6 +34,13 @@ std::function<at::Tensor(const at::Tensor& output, std::uint64_t seed)> stride0_
   return [](const at::Tensor& out, std::uint64_t) { return at::ones({}, out.options()).expand(out.sizes()); };
 }
 
+at::Tensor reduced_loss_magnitude(const at::Tensor& terms, bool reduced, bool mean, std::int64_t rows) {
+  const at::Tensor abs = terms.abs();
+  if (!reduced) return abs;
+  const at::Tensor total = abs.sum();
+  return mean && rows > 0 ? total / static_cast<double>(rows) : total;
+}
+
 std::string scale_name(double scale) { return "s" + std::to_string(static_cast<int>(std::lround(1.0 / scale))); }
 
 std::function<harness::Tensors(const harness::Tensors&)> abs_input_magnitude(

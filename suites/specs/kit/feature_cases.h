@@ -31,6 +31,10 @@ at::Tensor row_stride_10(const at::Tensor& rois);
 // What `out.sum().backward()` hands the backward: one value expanded to the output's shape (stride 0).
 std::function<at::Tensor(const at::Tensor& output, std::uint64_t seed)> stride0_grad_output();
 
+// The magnitude a loss's tolerance scales with, from its unreduced per-row losses `terms`: |terms| when not
+// reduced, else the sum of |terms|, divided by `rows` for a mean (when rows > 0).
+at::Tensor reduced_loss_magnitude(const at::Tensor& terms, bool reduced, bool mean, std::int64_t rows);
+
 // "s<1 / scale>" (s4 for 0.25), as the grid cases name their spatial_scale.
 std::string scale_name(double scale);
 
