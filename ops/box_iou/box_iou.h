@@ -4,6 +4,7 @@
 
 #include "box_iou/box_iou_params.h"
 #include "common/entry_points.h"
+#include "common/upstream_grad.h"
 #include "detops/core/dtype.h"
 
 namespace detops {
@@ -50,14 +51,12 @@ struct BoxIouLossForwardArgs {
   void* loss = nullptr;
 };
 
-// grad (accumulation type): the upstream gradient of pair i is grad[i * grad_stride] * grad_scale
-// (grad_stride 0 for the scalar of a 'mean' or 'sum' reduction, grad_scale 1/n for 'mean').
+// grad (accumulation type): the upstream gradient of pair i is grad.data[i * grad.stride] * grad.scale
+// (common/upstream_grad.h: stride 0 for the scalar of a 'mean' or 'sum' reduction, scale 1/n for 'mean').
 // grad_boxes1, grad_boxes2 [n, 4] contiguous, in the boxes' dtype.
 struct BoxIouLossBackwardArgs {
   std::int64_t n = 0;
-  const void* grad = nullptr;
-  std::int64_t grad_stride = 0;
-  double grad_scale = 1.0;
+  UpstreamGrad grad;
   const void* boxes1 = nullptr;
   const void* boxes2 = nullptr;
   void* grad_boxes1 = nullptr;
@@ -66,17 +65,13 @@ struct BoxIouLossBackwardArgs {
 
 // CUDA launchers: validate nothing (the framework layer does), return immediately on empty work, check
 // the launch. Asynchronous on `stream`. Each output element is written by one thread: deterministic.
-Launcher<BoxIouParams, BoxIouPairwiseArgs> launch_box_iou_pairwise;
-Launcher<BoxIouParams, BoxIouPairwiseBackwardArgs> launch_box_iou_pairwise_backward;
-Launcher<BoxIouLossParams, BoxIouLossForwardArgs> launch_box_iou_loss_forward;
-Launcher<BoxIouLossParams, BoxIouLossBackwardArgs> launch_box_iou_loss_backward;
-
+//
 // CPU implementations over the same per-element math. `parallel_for(begin, end, body)` may run body on
 // disjoint sub-ranges concurrently (rows of the pairwise output, the boxes of a pairwise gradient, pairs of
 // the losses); every output element is written once, so the results do not depend on the split.
-CpuEntry<BoxIouParams, BoxIouPairwiseArgs> run_box_iou_pairwise_cpu;
-CpuEntry<BoxIouParams, BoxIouPairwiseBackwardArgs> run_box_iou_pairwise_backward_cpu;
-CpuEntry<BoxIouLossParams, BoxIouLossForwardArgs> run_box_iou_loss_forward_cpu;
-CpuEntry<BoxIouLossParams, BoxIouLossBackwardArgs> run_box_iou_loss_backward_cpu;
+DETOPS_DECLARE_ENTRY(BoxIouParams, BoxIouPairwiseArgs, box_iou_pairwise);
+DETOPS_DECLARE_ENTRY(BoxIouParams, BoxIouPairwiseBackwardArgs, box_iou_pairwise_backward);
+DETOPS_DECLARE_ENTRY(BoxIouLossParams, BoxIouLossForwardArgs, box_iou_loss_forward);
+DETOPS_DECLARE_ENTRY(BoxIouLossParams, BoxIouLossBackwardArgs, box_iou_loss_backward);
 
 }  // namespace detops

@@ -99,7 +99,7 @@ void run_box_iou_loss_forward_cpu(const BoxIouLossParams& params, const BoxIouLo
       const BoxCoords<Acc> b = load_box<T, Acc>(b2 + i * 4);
       const BoxCoords<Acc> a0 = a1 != nullptr ? load_box<T, Acc>(a1 + i * 4) : a;
       const BoxCoords<Acc> b0 = a2 != nullptr ? load_box<T, Acc>(a2 + i * 4) : b;
-      loss[i] = box_iou_loss_value<V, Acc>(params, a, b, a0, b0);
+      loss[i] = box_iou_loss_value<V, Acc>(params, a, b, a0, b0, params.defined_degenerate);
     });
   });
 }
@@ -110,14 +110,15 @@ void run_box_iou_loss_backward_cpu(const BoxIouLossParams& params, const BoxIouL
     constexpr BoxIouVariant V = decltype(vtag)::value;
     using T = typename decltype(tag)::type;
     using Acc = acc_t<T>;
-    const Acc* grad = static_cast<const Acc*>(args.grad);
+    const Acc* grad = static_cast<const Acc*>(args.grad.data);
     T* g1 = static_cast<T*>(args.grad_boxes1);
     T* g2 = static_cast<T*>(args.grad_boxes2);
-    const Acc scale = static_cast<Acc>(args.grad_scale);
+    const Acc scale = static_cast<Acc>(args.grad.scale);
     parallel_for_each(parallel_for, args.n, [&](std::int64_t i) {
       const BoxPairGrad<Acc> d = box_iou_loss_grad<V, Acc>(params, load_box<T, Acc>(static_cast<const T*>(args.boxes1) + i * 4),
                                                            load_box<T, Acc>(static_cast<const T*>(args.boxes2) + i * 4),
-                                                           grad[i * args.grad_stride] * scale);
+                                                           grad[i * args.grad.stride] * scale,
+                                                           params.defined_degenerate);
       for (int k = 0; k < 4; ++k) {
         g1[i * 4 + k] = from_acc<T>(d.a[k]);
         g2[i * 4 + k] = from_acc<T>(d.b[k]);

@@ -28,7 +28,8 @@ constexpr int kLossThreads = 256;
 
 static_assert(kBlockX * kBlockY >= kTileRows + kTileCols, "one thread per staged box");
 
-template <BoxIouVariant V, typename T>
+// Compiled per degenerate-box mode D (BoxIouParams::defined_degenerate), as the loss kernels below.
+template <BoxIouVariant V, typename T, bool D>
 __global__ void __launch_bounds__(kBlockX * kBlockY)
     box_iou_pairwise_kernel(BoxIouParams p, std::int64_t batch, std::int64_t n, std::int64_t m,
                             const T* __restrict__ boxes1_all, const T* __restrict__ boxes2_all,
@@ -37,7 +38,7 @@ __global__ void __launch_bounds__(kBlockX * kBlockY)
   __shared__ BoxGeometry<Acc> rows[kTileRows];
   __shared__ BoxGeometry<Acc> cols[kTileCols];
   const Acc eps = static_cast<Acc>(p.eps);
-  const bool defined = p.defined_degenerate;
+  constexpr bool defined = D;
   const int tid = static_cast<int>(threadIdx.y) * kBlockX + static_cast<int>(threadIdx.x);
   const std::int64_t row_tiles = (n + kTileRows - 1) / kTileRows;
   const std::int64_t col_tiles = (m + kTileCols - 1) / kTileCols;
@@ -201,23 +202,33 @@ bool rows_aligned(std::size_t row_bytes, std::initializer_list<const void*> base
   return true;
 }
 
-template <BoxIouVariant V, typename T>
+// The loss kernels are compiled per degenerate-box mode D (BoxIouLossParams::defined_degenerate): the mode's
+// branches and quotient guards fold away, which the single-wave kernels of typical sizes feel (docs/ops/box_iou.md).
+template <BoxIouVariant V, typename T, bool D>
 __global__ void box_iou_loss_forward_kernel(BoxIouLossParams p, std::int64_t n, const T* __restrict__ boxes1,
                                             const T* __restrict__ boxes2, const T* __restrict__ alpha_boxes1,
                                             const T* __restrict__ alpha_boxes2, acc_t<T>* __restrict__ loss,
                                             bool aligned) {
   using Acc = acc_t<T>;
   const std::int64_t stride = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (alpha_boxes1 == nullptr && alpha_boxes2 == nullptr) {  // the usual call: each pair's terms once
+    for (std::int64_t i = first; i < n; i += stride) {
+      loss[i] = box_iou_loss_value<V, Acc>(p, load_box_row<T, Acc>(boxes1, i, aligned),
+                                           load_box_row<T, Acc>(boxes2, i, aligned), D);
+    }
+    return;
+  }
+  for (std::int64_t i = first; i < n; i += stride) {
     const BoxCoords<Acc> a = load_box_row<T, Acc>(boxes1, i, aligned);
     const BoxCoords<Acc> b = load_box_row<T, Acc>(boxes2, i, aligned);
     const BoxCoords<Acc> a0 = alpha_boxes1 != nullptr ? load_box_row<T, Acc>(alpha_boxes1, i, aligned) : a;
     const BoxCoords<Acc> b0 = alpha_boxes2 != nullptr ? load_box_row<T, Acc>(alpha_boxes2, i, aligned) : b;
-    loss[i] = box_iou_loss_value<V, Acc>(p, a, b, a0, b0);
+    loss[i] = box_iou_loss_value<V, Acc>(p, a, b, a0, b0, D);
   }
 }
 
-template <BoxIouVariant V, typename T>
+template <BoxIouVariant V, typename T, bool D>
 __global__ void box_iou_loss_backward_kernel(BoxIouLossParams p, std::int64_t n, const acc_t<T>* __restrict__ grad,
                                              std::int64_t grad_stride, acc_t<T> grad_scale,
                                              const T* __restrict__ boxes1, const T* __restrict__ boxes2,
@@ -227,7 +238,7 @@ __global__ void box_iou_loss_backward_kernel(BoxIouLossParams p, std::int64_t n,
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const Acc g = grad[i * grad_stride] * grad_scale;
     const BoxPairGrad<Acc> d = box_iou_loss_grad<V, Acc>(p, load_box_row<T, Acc>(boxes1, i, aligned),
-                                                         load_box_row<T, Acc>(boxes2, i, aligned), g);
+                                                         load_box_row<T, Acc>(boxes2, i, aligned), g, D);
     store_box_row<T, Acc>(grad_boxes1, i, d.a, aligned);
     store_box_row<T, Acc>(grad_boxes2, i, d.b, aligned);
   }
@@ -246,15 +257,20 @@ const char* variant_name(BoxIouVariant v) {
 template <BoxIouVariant V, typename T>
 void register_variant_kernels(const char* type_name) {
   const std::string args = std::string(variant_name(V)) + ", " + type_name;
-  register_instantiation(box_iou_pairwise_op_name(V), "box_iou_pairwise_kernel", args, &box_iou_pairwise_kernel<V, T>);
   register_instantiation(box_iou_pairwise_op_name(V), "box_iou_pairwise_grad_rows_kernel", args,
                          &box_iou_pairwise_grad_rows_kernel<V, T>);
   register_instantiation(box_iou_pairwise_op_name(V), "box_iou_pairwise_grad_cols_kernel", args,
                          &box_iou_pairwise_grad_cols_kernel<V, T>);
-  register_instantiation(box_iou_loss_op_name(V), "box_iou_loss_forward_kernel", args,
-                         &box_iou_loss_forward_kernel<V, T>);
-  register_instantiation(box_iou_loss_op_name(V), "box_iou_loss_backward_kernel", args,
-                         &box_iou_loss_backward_kernel<V, T>);
+  for (const bool defined : {false, true}) {
+    const std::string mode_args = args + (defined ? ", true" : ", false");
+    register_instantiation(box_iou_pairwise_op_name(V), "box_iou_pairwise_kernel", mode_args,
+                           defined ? &box_iou_pairwise_kernel<V, T, true> : &box_iou_pairwise_kernel<V, T, false>);
+    register_instantiation(box_iou_loss_op_name(V), "box_iou_loss_forward_kernel", mode_args,
+                           defined ? &box_iou_loss_forward_kernel<V, T, true> : &box_iou_loss_forward_kernel<V, T, false>);
+    register_instantiation(box_iou_loss_op_name(V), "box_iou_loss_backward_kernel", mode_args,
+                           defined ? &box_iou_loss_backward_kernel<V, T, true>
+                                   : &box_iou_loss_backward_kernel<V, T, false>);
+  }
 }
 
 const bool kRegistered = for_each_floating_type([](auto tag, const char* type) {
@@ -286,8 +302,10 @@ void launch_box_iou_pairwise(const BoxIouParams& params, const BoxIouPairwiseArg
   const dim3 grid(capped_blocks((args.m + kTileCols - 1) / kTileCols), capped_blocks((args.n + kTileRows - 1) / kTileRows),
                   capped_blocks(args.batch));
   dispatch_variant_and_floating(params.variant, dtype, "box_iou_pairwise", [&](auto vtag, auto tag) {
-    launch_kernel(&box_iou_pairwise_kernel<decltype(vtag)::value, typename decltype(tag)::type>, grid, block, stream,
-                  params, args.batch, args.n, args.m, args.boxes1, args.boxes2, args.out);
+    constexpr BoxIouVariant V = decltype(vtag)::value;
+    using T = typename decltype(tag)::type;
+    launch_kernel(params.defined_degenerate ? &box_iou_pairwise_kernel<V, T, true> : &box_iou_pairwise_kernel<V, T, false>,
+                  grid, block, stream, params, args.batch, args.n, args.m, args.boxes1, args.boxes2, args.out);
   });
 }
 
@@ -313,8 +331,11 @@ void launch_box_iou_loss_forward(const BoxIouLossParams& params, const BoxIouLos
   dispatch_variant_and_floating(params.variant, dtype, "box_iou_loss_forward", [&](auto vtag, auto tag) {
     using T = typename decltype(tag)::type;
     const bool aligned = rows_aligned(4 * sizeof(T), {args.boxes1, args.boxes2, args.alpha_boxes1, args.alpha_boxes2});
-    launch_kernel(&box_iou_loss_forward_kernel<decltype(vtag)::value, T>, blocks, kLossThreads, stream, params, args.n,
-                  args.boxes1, args.boxes2, args.alpha_boxes1, args.alpha_boxes2, args.loss, aligned);
+    constexpr BoxIouVariant V = decltype(vtag)::value;
+    launch_kernel(params.defined_degenerate ? &box_iou_loss_forward_kernel<V, T, true>
+                                            : &box_iou_loss_forward_kernel<V, T, false>,
+                  blocks, kLossThreads, stream, params, args.n, args.boxes1, args.boxes2, args.alpha_boxes1,
+                  args.alpha_boxes2, args.loss, aligned);
   });
 }
 
@@ -325,9 +346,12 @@ void launch_box_iou_loss_backward(const BoxIouLossParams& params, const BoxIouLo
   dispatch_variant_and_floating(params.variant, dtype, "box_iou_loss_backward", [&](auto vtag, auto tag) {
     using T = typename decltype(tag)::type;
     const bool aligned = rows_aligned(4 * sizeof(T), {args.boxes1, args.boxes2, args.grad_boxes1, args.grad_boxes2});
-    launch_kernel(&box_iou_loss_backward_kernel<decltype(vtag)::value, T>, blocks, kLossThreads, stream, params,
-                  args.n, args.grad, args.grad_stride, static_cast<acc_t<T>>(args.grad_scale), args.boxes1,
-                  args.boxes2, args.grad_boxes1, args.grad_boxes2, aligned);
+    constexpr BoxIouVariant V = decltype(vtag)::value;
+    launch_kernel(params.defined_degenerate ? &box_iou_loss_backward_kernel<V, T, true>
+                                            : &box_iou_loss_backward_kernel<V, T, false>,
+                  blocks, kLossThreads, stream, params, args.n, args.grad.data, args.grad.stride,
+                  static_cast<acc_t<T>>(args.grad.scale), args.boxes1, args.boxes2, args.grad_boxes1, args.grad_boxes2,
+                  aligned);
   });
 }
 

@@ -311,8 +311,8 @@ std::tuple<at::Tensor, at::Tensor> box_iou_loss_backward(const at::Tensor& grad,
     const auto [b1, b2] = flat_pairs(boxes1, boxes2, n, type);
     const at::Tensor g = reduce ? grad : grad.reshape({n});  // a view where it can be (stride 0 included)
     const double scale = params.reduction == LossReduction::kMean ? 1.0 / static_cast<double>(n) : 1.0;
-    const BoxIouLossBackwardArgs args{n,           g.data_ptr(),  reduce ? 0 : g.stride(0), scale,
-                                      b1.data_ptr(), b2.data_ptr(), grad1.data_ptr(),         grad2.data_ptr()};
+    const BoxIouLossBackwardArgs args{n,           {g.data_ptr(), reduce ? 0 : g.stride(0), scale},
+                                      b1.data_ptr(), b2.data_ptr(), grad1.data_ptr(), grad2.data_ptr()};
     run_on_device(op, "boxes1", boxes1,
                   [&](cudaStream_t stream) { launch_box_iou_loss_backward(params, args, dtype_of(type), stream); },
                   [&] { run_box_iou_loss_backward_cpu(params, args, dtype_of(type), aten_parallel_for()); });

@@ -233,6 +233,36 @@ Returns roi_meta_outputs(const at::Tensor& input, const opkit::Shape& output_sha
   }
 }
 
+// The Meta kernel (a definition's kMeta) of the RoI forwards whose output is [K, C, pooled_height,
+// pooled_width]: input and rois checked for shape only, under the op's name.
+template <typename Returns>
+struct RoiForwardMeta {
+  const char* op;
+  template <typename P>
+  Returns operator()(const at::Tensor& input, const at::Tensor& rois, const P& p) const {
+    check_input_4d(op, input);
+    check_rois(op, rois, nullptr, nullptr);
+    return roi_meta_outputs<Returns>(input, {rois.size(0), input.size(1), p.pooled_height, p.pooled_width});
+  }
+};
+
+// The schema arguments every RoI forward starts with, (Tensor input, Tensor rois, float spatial_scale,
+// int pooled_height, int pooled_width), then the op's own.
+template <typename P, typename... Own>
+using RoiForwardSchemaArgs = opkit::Args<opkit::Tensor, opkit::Tensor, opkit::Field<&P::spatial_scale>,
+                                         opkit::Field<&P::pooled_height>, opkit::Field<&P::pooled_width>, Own...>;
+
+// torchvision's order of a RoI backward's schema arguments: (Tensor grad, Tensor rois, Saved... (the
+// forward's int32 output, when it has one), float spatial_scale, int pooled_height, int pooled_width,
+// int batch_size, int channels, int height, int width), then the op's own: RoiBackwardSchema<...>::Args<P, Own...>.
+template <typename... Saved>
+struct RoiBackwardSchema {
+  template <typename P, typename... Own>
+  using Args = opkit::Args<opkit::Tensor, opkit::Tensor, Saved..., opkit::Field<&P::spatial_scale>,
+                           opkit::Field<&P::pooled_height>, opkit::Field<&P::pooled_width>, opkit::Dim<0>,
+                           opkit::Dim<1>, opkit::Dim<2>, opkit::Dim<3>, Own...>;
+};
+
 // The RoI forward ops' definition, shared: schema arguments (input, rois, params fields...), the
 // Function autograd that saves rois (and the int32 second output, when there is one) and calls
 // Backward with (grad, saved tensors..., params, input shape).

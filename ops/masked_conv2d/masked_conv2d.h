@@ -25,10 +25,14 @@ struct MaskedConv2dPositions {
   std::int64_t count = 0;
 };
 
-// out [N, C_out, H_out, W_out] must hold zeros: the launchers write the selected positions only.
-struct MaskedConv2dForwardArgs {
+// What every entry point is given first: the problem's shape and its selected positions.
+struct MaskedConv2dProblem {
   MaskedConv2dShape s;
   MaskedConv2dPositions sel;
+};
+
+// out [N, C_out, H_out, W_out] must hold zeros: the launchers write the selected positions only.
+struct MaskedConv2dForwardArgs : MaskedConv2dProblem {
   const void* features = nullptr;
   const void* weight = nullptr;
   const void* bias = nullptr;  // [C_out] or null
@@ -36,9 +40,7 @@ struct MaskedConv2dForwardArgs {
 };
 
 // grad [N, C_out, H_out, W_out] -> grad_features [N, C_in, H, W], every element written.
-struct MaskedConv2dBackwardInputArgs {
-  MaskedConv2dShape s;
-  MaskedConv2dPositions sel;
+struct MaskedConv2dBackwardInputArgs : MaskedConv2dProblem {
   const void* grad = nullptr;
   const void* weight = nullptr;
   // int64 [N * H_out * W_out]: position (n, y, x)'s row in sel.positions, or -1 where it is not selected.
@@ -49,9 +51,7 @@ struct MaskedConv2dBackwardInputArgs {
 };
 
 // grad [N, C_out, H_out, W_out], features -> grad_weight [C_out, C_in, kh, kw] and grad_bias [C_out].
-struct MaskedConv2dBackwardWeightArgs {
-  MaskedConv2dShape s;
-  MaskedConv2dPositions sel;
+struct MaskedConv2dBackwardWeightArgs : MaskedConv2dProblem {
   const void* grad = nullptr;
   const void* features = nullptr;
   // acc_t<T> workspace of masked_conv2d_weight_partial_elements(s, sel.count) elements.
@@ -89,14 +89,11 @@ constexpr std::int64_t masked_conv2d_weight_partial_elements(const MaskedConv2dS
 // (the forward and d(im2col): tiled GEMMs whose reduction runs in k order; grad_features: a gather over the
 // kernel taps in order; grad_weight / grad_bias: the fixed chunks above, then their sum in order), so every
 // result is bitwise reproducible.
-Launcher<MaskedConv2dParams, MaskedConv2dForwardArgs> launch_masked_conv2d_forward;
-Launcher<MaskedConv2dParams, MaskedConv2dBackwardInputArgs> launch_masked_conv2d_backward_input;
-Launcher<MaskedConv2dParams, MaskedConv2dBackwardWeightArgs> launch_masked_conv2d_backward_weight;
-
+//
 // CPU implementations of the same products, operands and orders (masked_conv2d_kernel.cuh), each result one
 // thread's fixed-order sum: deterministic for any split.
-CpuEntry<MaskedConv2dParams, MaskedConv2dForwardArgs> run_masked_conv2d_forward_cpu;
-CpuEntry<MaskedConv2dParams, MaskedConv2dBackwardInputArgs> run_masked_conv2d_backward_input_cpu;
-CpuEntry<MaskedConv2dParams, MaskedConv2dBackwardWeightArgs> run_masked_conv2d_backward_weight_cpu;
+DETOPS_DECLARE_ENTRY(MaskedConv2dParams, MaskedConv2dForwardArgs, masked_conv2d_forward);
+DETOPS_DECLARE_ENTRY(MaskedConv2dParams, MaskedConv2dBackwardInputArgs, masked_conv2d_backward_input);
+DETOPS_DECLARE_ENTRY(MaskedConv2dParams, MaskedConv2dBackwardWeightArgs, masked_conv2d_backward_weight);
 
 }  // namespace detops

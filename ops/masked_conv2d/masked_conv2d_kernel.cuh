@@ -74,27 +74,36 @@ DETOPS_HD void masked_conv2d_for_each_hit(const MaskedConv2dParams& p, const Mas
 // loops share the operands and the stores below. An operand is read by rows: row(r) decodes row r once,
 // load4(row, k, k_end, v) gives the values at k..k+3, 0 at and past k_end and for a row past the end.
 
+// The tensor (features or grad) that an operand reads at the selected positions, with the op's parameters
+// and shapes that place each position's window in it.
+template <typename T>
+struct AtSelection {
+  MaskedConv2dParams p;
+  MaskedConv2dShape s;
+  const T* data;
+  const std::int64_t* positions;
+  DETOPS_HD MaskedConv2dWindow window(std::int64_t r) const { return masked_conv2d_window(p, positions, r); }
+};
+
 // Forward A: position r, tap k -> the feature under the tap (im2col). Taps fit in int (the binding checks).
 template <typename T, typename Acc>
 struct TapsOfPosition {
-  MaskedConv2dParams p;
-  MaskedConv2dShape s;
-  const T* features;
-  const std::int64_t* positions;
+  AtSelection<T> features;
   std::int64_t count;
   struct Row {
     MaskedConv2dWindow w;
     bool valid;
   };
   DETOPS_HD Row row(std::int64_t r) const {
-    return r < count ? Row{masked_conv2d_window(p, positions, r), true} : Row{MaskedConv2dWindow{}, false};
+    return r < count ? Row{features.window(r), true} : Row{MaskedConv2dWindow{}, false};
   }
   DETOPS_HD void load4(const Row& row, std::int64_t k, std::int64_t k_end, Acc (&v)[4]) const {
+    const MaskedConv2dShape& s = features.s;
     const int kh = static_cast<int>(s.kernel_h), kw = static_cast<int>(s.kernel_w);
     const int t = static_cast<int>(k), c0 = t / (kh * kw), rem = t - c0 * (kh * kw);
     int c = c0, i = rem / kw, j = rem - (rem / kw) * kw;
     for (int q = 0; q < 4; ++q) {
-      v[q] = row.valid && k + q < k_end ? masked_conv2d_tap<T, Acc>(s, features, row.w, c, i, j) : Acc(0);
+      v[q] = row.valid && k + q < k_end ? masked_conv2d_tap<T, Acc>(s, features.data, row.w, c, i, j) : Acc(0);
       if (++j == kw) {
         j = 0;
         if (++i == kh) {
@@ -120,17 +129,14 @@ struct WeightOfChannel {
 // d(im2col) A: position r, output channel k -> grad[n, k, y, x].
 template <typename T, typename Acc>
 struct GradOfPosition {
-  MaskedConv2dParams p;
-  MaskedConv2dShape s;
-  const T* grad;
-  const std::int64_t* positions;
+  AtSelection<T> grad;
   std::int64_t count;
   DETOPS_HD const T* row(std::int64_t r) const {
     if (r >= count) return nullptr;
-    return grad + masked_conv2d_out_index(s, masked_conv2d_window(p, positions, r), 0);
+    return grad.data + masked_conv2d_out_index(grad.s, grad.window(r), 0);
   }
   DETOPS_HD void load4(const T* row, std::int64_t k, std::int64_t k_end, Acc (&v)[4]) const {
-    const std::int64_t plane = s.out_height * s.out_width;
+    const std::int64_t plane = grad.s.out_height * grad.s.out_width;
     for (int q = 0; q < 4; ++q) v[q] = row != nullptr && k + q < k_end ? to_acc<Acc>(row[(k + q) * plane]) : Acc(0);
   }
 };
@@ -149,15 +155,13 @@ struct WeightOfTap {
 // grad_weight A: tap t (t = taps: the bias, whose "feature" is 1), position k -> im2col(k, t).
 template <typename T, typename Acc>
 struct TapOfPositions {
-  MaskedConv2dParams p;
-  MaskedConv2dShape s;
-  const T* features;
-  const std::int64_t* positions;
+  AtSelection<T> features;
   struct Row {
     std::int64_t c, i, j;
     int kind;  // 0: a tap, 1: the bias, 2: past the end
   };
   DETOPS_HD Row row(std::int64_t t) const {
+    const MaskedConv2dShape& s = features.s;
     const std::int64_t khw = s.kernel_h * s.kernel_w, taps = s.taps();
     if (t >= taps) return {0, 0, 0, t == taps ? 1 : 2};
     return {t / khw, (t % khw) / s.kernel_w, t % s.kernel_w, 0};
@@ -167,7 +171,7 @@ struct TapOfPositions {
       v[q] = Acc(0);
       if (k + q >= k_end || row.kind == 2) continue;
       v[q] = row.kind == 1 ? Acc(1)
-                           : masked_conv2d_tap<T, Acc>(s, features, masked_conv2d_window(p, positions, k + q), row.c,
+                           : masked_conv2d_tap<T, Acc>(features.s, features.data, features.window(k + q), row.c,
                                                        row.i, row.j);
     }
   }
@@ -176,20 +180,16 @@ struct TapOfPositions {
 // grad_weight B: output channel o, position k -> grad[n, o, y, x].
 template <typename T, typename Acc>
 struct GradOfChannel {
-  MaskedConv2dParams p;
-  MaskedConv2dShape s;
-  const T* grad;
-  const std::int64_t* positions;
+  AtSelection<T> grad;
   struct Row {
     std::int64_t o;
     bool valid;
   };
-  DETOPS_HD Row row(std::int64_t o) const { return {o, o < s.out_channels}; }
+  DETOPS_HD Row row(std::int64_t o) const { return {o, o < grad.s.out_channels}; }
   DETOPS_HD void load4(const Row& row, std::int64_t k, std::int64_t k_end, Acc (&v)[4]) const {
     for (int q = 0; q < 4; ++q) {
-      v[q] = row.valid && k + q < k_end
-                 ? masked_conv2d_grad_at<T, Acc>(s, grad, masked_conv2d_window(p, positions, k + q), row.o)
-                 : Acc(0);
+      v[q] = row.valid && k + q < k_end ? masked_conv2d_grad_at<T, Acc>(grad.s, grad.data, grad.window(k + q), row.o)
+                                        : Acc(0);
     }
   }
 };
@@ -238,7 +238,7 @@ template <typename T>
 MaskedConv2dProduct<TapsOfPosition<T, acc_t<T>>, WeightOfChannel<T, acc_t<T>>, StoreOutput<T, acc_t<T>>>
 masked_conv2d_forward_product(const MaskedConv2dParams& p, const MaskedConv2dForwardArgs& args) {
   const MaskedConv2dShape& s = args.s;
-  return {{p, s, static_cast<const T*>(args.features), args.sel.positions, args.sel.count},
+  return {{{p, s, static_cast<const T*>(args.features), args.sel.positions}, args.sel.count},
           {static_cast<const T*>(args.weight), s.taps(), s.out_channels},
           {p, s, args.sel.positions, static_cast<const T*>(args.bias), static_cast<T*>(args.out)},
           args.sel.count, s.out_channels, s.taps(), s.taps(), 1};
@@ -249,7 +249,7 @@ MaskedConv2dProduct<GradOfPosition<T, acc_t<T>>, WeightOfTap<T, acc_t<T>>, Store
 masked_conv2d_dcol_product(const MaskedConv2dParams& p, const MaskedConv2dBackwardInputArgs& args) {
   const MaskedConv2dShape& s = args.s;
   const std::int64_t count = args.sel.count;
-  return {{p, s, static_cast<const T*>(args.grad), args.sel.positions, count},
+  return {{{p, s, static_cast<const T*>(args.grad), args.sel.positions}, count},
           {static_cast<const T*>(args.weight), s.taps()},
           {static_cast<acc_t<T>*>(args.dcol), count},
           count, s.taps(), s.out_channels, s.out_channels, 1};
@@ -260,8 +260,8 @@ MaskedConv2dProduct<TapOfPositions<T, acc_t<T>>, GradOfChannel<T, acc_t<T>>, Sto
 masked_conv2d_weight_product(const MaskedConv2dParams& p, const MaskedConv2dBackwardWeightArgs& args) {
   const MaskedConv2dShape& s = args.s;
   const std::int64_t count = args.sel.count, taps1 = s.taps() + 1;
-  return {{p, s, static_cast<const T*>(args.features), args.sel.positions},
-          {p, s, static_cast<const T*>(args.grad), args.sel.positions},
+  return {{{p, s, static_cast<const T*>(args.features), args.sel.positions}},
+          {{p, s, static_cast<const T*>(args.grad), args.sel.positions}},
           {static_cast<acc_t<T>*>(args.partials), taps1, s.out_channels * taps1},
           taps1, s.out_channels, count, masked_conv2d_chunk_length(count), masked_conv2d_chunks(count)};
 }

@@ -130,7 +130,7 @@ at::Tensor masked_conv2d_forward(const at::Tensor& features, const at::Tensor& m
   if (sel.count() == 0) return out;
   const at::Tensor x = features.contiguous(), w = weight.contiguous();
   const at::Tensor b = bias.defined() ? bias.contiguous() : at::Tensor();
-  const MaskedConv2dForwardArgs args{s, sel.view(), x.data_ptr(), w.data_ptr(), data_or_null(b), out.data_ptr()};
+  const MaskedConv2dForwardArgs args{{s, sel.view()}, x.data_ptr(), w.data_ptr(), data_or_null(b), out.data_ptr()};
   run(features, params, args, &launch_masked_conv2d_forward, &run_masked_conv2d_forward_cpu);
   return out;
 }
@@ -151,7 +151,7 @@ at::Tensor masked_conv2d_backward_input(const at::Tensor& grad, const at::Tensor
   const at::Tensor rows = at::cumsum(sel_flags, 0, at::kLong).sub_(1).masked_fill_(sel_flags.logical_not(), -1);
   const at::Tensor g = grad.contiguous(), w = weight.contiguous();
   const at::Tensor dcol = workspace(grad, masked_conv2d_dcol_elements(s, sel.count()));
-  const MaskedConv2dBackwardInputArgs args{s, sel.view(), g.data_ptr(), w.data_ptr(), rows.data_ptr<std::int64_t>(),
+  const MaskedConv2dBackwardInputArgs args{{s, sel.view()}, g.data_ptr(), w.data_ptr(), rows.data_ptr<std::int64_t>(),
                                            dcol.data_ptr(), grad_features.data_ptr()};
   run(grad, params, args, &launch_masked_conv2d_backward_input, &run_masked_conv2d_backward_input_cpu);
   return grad_features;
@@ -169,7 +169,7 @@ std::tuple<at::Tensor, at::Tensor> masked_conv2d_backward_weight(const at::Tenso
   if (sel.count() == 0) return {grad_weight, grad_bias};
   const at::Tensor g = grad.contiguous(), x = features.contiguous();
   const at::Tensor partials = workspace(grad, masked_conv2d_weight_partial_elements(s, sel.count()));
-  const MaskedConv2dBackwardWeightArgs args{s, sel.view(), g.data_ptr(), x.data_ptr(), partials.data_ptr(),
+  const MaskedConv2dBackwardWeightArgs args{{s, sel.view()}, g.data_ptr(), x.data_ptr(), partials.data_ptr(),
                                             grad_weight.data_ptr(), grad_bias.data_ptr()};
   run(grad, params, args, &launch_masked_conv2d_backward_weight, &run_masked_conv2d_backward_weight_cpu);
   return {grad_weight, grad_bias};
@@ -198,18 +198,22 @@ constexpr char kStride[] = "masked_conv2d: stride";
 using Padding = opkit::IntPair<&P::padding_h, &P::padding_w, kPadding>;
 using Stride = opkit::IntPair<&P::stride_h, &P::stride_w, kStride>;
 
-struct BackwardInput : opkit::OpDef<P> {
+// The backward ops: differentiable once ("masked_conv2d: double backward is not supported").
+struct BackwardDef : opkit::OpDef<P> {
+  static constexpr opkit::Autograd kAutograd = opkit::Autograd::kOnce;
+  static constexpr const char* kOpName = kOp;
+};
+
+struct BackwardInput : BackwardDef {
   static constexpr const char* kSchema =
       "_masked_conv2d_backward_input(Tensor grad, Tensor mask, Tensor weight, int batch_size, int channels, "
       "int height, int width, int[2] padding, int[2] stride) -> Tensor";
   using Args = opkit::Args<Tensor, Tensor, Tensor, Dim<0>, Dim<1>, Dim<2>, Dim<3>, Padding, Stride>;
   static constexpr auto kCompute = &masked_conv2d_backward_input;
   static constexpr opkit::EmptyOfInputShape kMeta{};
-  static constexpr opkit::Autograd kAutograd = opkit::Autograd::kOnce;
-  static constexpr const char* kOpName = kOp;
 };
 
-struct BackwardWeight : opkit::OpDef<P> {
+struct BackwardWeight : BackwardDef {
   using Returns = std::tuple<at::Tensor, at::Tensor>;
   static constexpr const char* kSchema =
       "_masked_conv2d_backward_weight(Tensor grad, Tensor features, Tensor mask, Tensor weight, int[2] padding, "
@@ -217,8 +221,6 @@ struct BackwardWeight : opkit::OpDef<P> {
   using Args = opkit::Args<Tensor, Tensor, Tensor, Tensor, Padding, Stride>;
   static constexpr auto kCompute = &masked_conv2d_backward_weight;
   static constexpr auto kMeta = &backward_weight_meta;
-  static constexpr opkit::Autograd kAutograd = opkit::Autograd::kOnce;
-  static constexpr const char* kOpName = kOp;
 };
 
 // Gradients for features (BackwardInput), weight and bias (BackwardWeight, run once for both), each only

@@ -24,15 +24,12 @@ struct PrRoiPoolRoisBackwardArgs : RoiBackwardArgs {
 
 // The input backward scatters with atomicAdd on CUDA (not deterministic); the forward and the rois
 // backward are (each output written once, fixed order).
-Launcher<PrRoiPoolParams, PrRoiPoolForwardArgs> launch_prroi_pool_forward;
-Launcher<PrRoiPoolParams, PrRoiPoolBackwardArgs> launch_prroi_pool_backward;
-Launcher<PrRoiPoolParams, PrRoiPoolRoisBackwardArgs> launch_prroi_pool_rois_backward;
-
+//
 // CPU: invalid rois produce zeros (the framework layer rejects them before calling). The forward and
 // the rois backward split over rois, the input backward over channels (each channel's planes are summed
 // in the fixed roi, ph, pw order). All three are deterministic.
-CpuEntry<PrRoiPoolParams, PrRoiPoolForwardArgs> run_prroi_pool_forward_cpu;
-CpuEntry<PrRoiPoolParams, PrRoiPoolBackwardArgs> run_prroi_pool_backward_cpu;
-CpuEntry<PrRoiPoolParams, PrRoiPoolRoisBackwardArgs> run_prroi_pool_rois_backward_cpu;
+DETOPS_DECLARE_ENTRY(PrRoiPoolParams, PrRoiPoolForwardArgs, prroi_pool_forward);
+DETOPS_DECLARE_ENTRY(PrRoiPoolParams, PrRoiPoolBackwardArgs, prroi_pool_backward);
+DETOPS_DECLARE_ENTRY(PrRoiPoolParams, PrRoiPoolRoisBackwardArgs, prroi_pool_rois_backward);
 
 }  // namespace detops

@@ -5,7 +5,6 @@
 
 #include <ATen/ops/empty.h>
 
-
 #include "common/torch_roi.h"
 
 namespace detops {
@@ -60,31 +59,21 @@ at::Tensor prroi_pool_rois_backward(const at::Tensor& grad, const at::Tensor& in
 
 namespace {
 
-// Shape-only implementations for meta tensors (torch.compile's fake tensors).
-at::Tensor prroi_pool_meta(const at::Tensor& input, const at::Tensor& rois, const PrRoiPoolParams& p) {
-  check_input_4d(kOp, input);
-  check_rois(kOp, rois, nullptr, nullptr);
-  return at::empty({rois.size(0), input.size(1), p.pooled_height, p.pooled_width}, input.options());
-}
-
+// Shape-only implementation for meta tensors (torch.compile's fake tensors).
 at::Tensor prroi_pool_rois_backward_meta(const at::Tensor&, const at::Tensor&, const at::Tensor& rois,
                                          const PrRoiPoolParams&) {
   return at::empty({rois.size(0), 5}, rois.options());
 }
 
 using P = PrRoiPoolParams;
-using opkit::Dim;
 using opkit::Field;
 using opkit::Tensor;
-using Scalars = opkit::Args<Tensor, Tensor, Field<&P::spatial_scale>, Field<&P::pooled_height>,
-                            Field<&P::pooled_width>>;
 
 struct Backward : RoiBackwardDef<P> {
   static constexpr const char* kSchema =
       "_prroi_pool_backward(Tensor grad, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
       "int batch_size, int channels, int height, int width) -> Tensor";
-  using Args = opkit::Args<Tensor, Tensor, Field<&P::spatial_scale>, Field<&P::pooled_height>,
-                           Field<&P::pooled_width>, Dim<0>, Dim<1>, Dim<2>, Dim<3>>;
+  using Args = RoiBackwardSchema<>::Args<P>;
   static constexpr auto kCompute = &prroi_pool_backward;
   static constexpr const char* kOpName = kOp;
 };
@@ -105,9 +94,9 @@ struct RoisBackward : opkit::OpDef<P> {
 struct Forward : opkit::OpDef<P> {
   static constexpr const char* kSchema =
       "prroi_pool(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width) -> Tensor";
-  using Args = Scalars;
+  using Args = RoiForwardSchemaArgs<P>;
   static constexpr auto kCompute = &prroi_pool_forward;
-  static constexpr auto kMeta = &prroi_pool_meta;
+  static constexpr RoiForwardMeta<at::Tensor> kMeta{kOp};  // shapes only (torch.compile's fake tensors)
   static constexpr opkit::Autograd kAutograd = opkit::Autograd::kFunction;
   static opkit::TensorList saved(const opkit::TensorList& inputs, const opkit::TensorList&) { return inputs; }
   static opkit::variable_list backward(const opkit::Saved<P>& s, const opkit::variable_list& grads) {

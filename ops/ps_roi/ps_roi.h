@@ -24,16 +24,11 @@ struct PsRoiForwardArgs : RoiForwardArgs {
 // PsRoiForwardArgs); no mapping is read.
 using PsRoiBackwardArgs = RoiBackwardArgs;
 
-Launcher<PsRoiAlignParams, PsRoiForwardArgs> launch_ps_roi_align_forward;
-Launcher<PsRoiAlignParams, PsRoiBackwardArgs> launch_ps_roi_align_backward;
-Launcher<PsRoiPoolParams, PsRoiForwardArgs> launch_ps_roi_pool_forward;
-Launcher<PsRoiPoolParams, PsRoiBackwardArgs> launch_ps_roi_pool_backward;
-
 // CPU: invalid rois produce zeros (the framework layer rejects them before calling). The forwards split
 // over rois, the backwards run serially (they scatter) and are therefore deterministic.
-CpuEntry<PsRoiAlignParams, PsRoiForwardArgs> run_ps_roi_align_forward_cpu;
-SerialCpuEntry<PsRoiAlignParams, PsRoiBackwardArgs> run_ps_roi_align_backward_cpu;
-CpuEntry<PsRoiPoolParams, PsRoiForwardArgs> run_ps_roi_pool_forward_cpu;
-SerialCpuEntry<PsRoiPoolParams, PsRoiBackwardArgs> run_ps_roi_pool_backward_cpu;
+DETOPS_DECLARE_ENTRY(PsRoiAlignParams, PsRoiForwardArgs, ps_roi_align_forward);
+DETOPS_DECLARE_ENTRY_SERIAL_CPU(PsRoiAlignParams, PsRoiBackwardArgs, ps_roi_align_backward);
+DETOPS_DECLARE_ENTRY(PsRoiPoolParams, PsRoiForwardArgs, ps_roi_pool_forward);
+DETOPS_DECLARE_ENTRY_SERIAL_CPU(PsRoiPoolParams, PsRoiBackwardArgs, ps_roi_pool_backward);
 
 }  // namespace detops

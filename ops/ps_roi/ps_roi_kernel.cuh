@@ -96,6 +96,20 @@ DETOPS_HD Acc ps_roi_align_sample_x(const PsRoiAlignGeometry<Acc>& g, std::int64
          static_cast<Acc>(static_cast<Acc>(ix) + Acc(0.5)) * g.bin_w / static_cast<Acc>(g.grid_w);
 }
 
+// Calls fn(taps) for the bilinear taps of every sample of bin (i, j) that lands on the map.
+template <typename Acc, typename Fn>
+DETOPS_HD void ps_roi_align_for_each_sample(const PsRoiAlignGeometry<Acc>& g, std::int64_t height, std::int64_t width,
+                                            std::int64_t i, std::int64_t j, Fn&& fn) {
+  for (std::int64_t iy = 0; iy < g.grid_h; ++iy) {
+    const Acc y = ps_roi_align_sample_y(g, i, iy);
+    for (std::int64_t ix = 0; ix < g.grid_w; ++ix) {
+      const Acc x = ps_roi_align_sample_x(g, j, ix);
+      const BilinearTaps<Acc> t = bilinear_taps(y, x, height, width);
+      if (t.valid) fn(t);
+    }
+  }
+}
+
 // Average of the bilinear samples of bin (i, j) over one H x W plane (the bin's own input channel); NaN
 // when the count is 0.
 template <typename T, typename Acc>
@@ -103,18 +117,12 @@ DETOPS_HD Acc ps_roi_align_bin_average(const PsRoiAlignGeometry<Acc>& g, const T
                                        std::int64_t width, std::int64_t i, std::int64_t j) {
   if (g.count == Acc(0)) return ps_roi_quiet_nan<Acc>();
   Acc sum = 0;
-  for (std::int64_t iy = 0; iy < g.grid_h; ++iy) {
-    const Acc y = ps_roi_align_sample_y(g, i, iy);
-    for (std::int64_t ix = 0; ix < g.grid_w; ++ix) {
-      const Acc x = ps_roi_align_sample_x(g, j, ix);
-      const BilinearTaps<Acc> t = bilinear_taps(y, x, height, width);
-      if (!t.valid) continue;
-      sum += t.w_ll * to_acc<Acc>(plane[t.y_low * width + t.x_low]) +
-             t.w_lh * to_acc<Acc>(plane[t.y_low * width + t.x_high]) +
-             t.w_hl * to_acc<Acc>(plane[t.y_high * width + t.x_low]) +
-             t.w_hh * to_acc<Acc>(plane[t.y_high * width + t.x_high]);
-    }
-  }
+  ps_roi_align_for_each_sample(g, height, width, i, j, [&](const BilinearTaps<Acc>& t) {
+    sum += t.w_ll * to_acc<Acc>(plane[t.y_low * width + t.x_low]) +
+           t.w_lh * to_acc<Acc>(plane[t.y_low * width + t.x_high]) +
+           t.w_hl * to_acc<Acc>(plane[t.y_high * width + t.x_low]) +
+           t.w_hh * to_acc<Acc>(plane[t.y_high * width + t.x_high]);
+  });
   return sum / g.count;
 }
 
@@ -125,18 +133,12 @@ DETOPS_HD void ps_roi_align_bin_scatter(const PsRoiAlignGeometry<Acc>& g, Acc gr
                                         std::int64_t width, std::int64_t i, std::int64_t j, AddFn&& add) {
   if (g.count == Acc(0)) return;
   const Acc g_per_sample = grad / g.count;
-  for (std::int64_t iy = 0; iy < g.grid_h; ++iy) {
-    const Acc y = ps_roi_align_sample_y(g, i, iy);
-    for (std::int64_t ix = 0; ix < g.grid_w; ++ix) {
-      const Acc x = ps_roi_align_sample_x(g, j, ix);
-      const BilinearTaps<Acc> t = bilinear_taps(y, x, height, width);
-      if (!t.valid) continue;
-      add(t.y_low * width + t.x_low, g_per_sample * t.w_ll);
-      add(t.y_low * width + t.x_high, g_per_sample * t.w_lh);
-      add(t.y_high * width + t.x_low, g_per_sample * t.w_hl);
-      add(t.y_high * width + t.x_high, g_per_sample * t.w_hh);
-    }
-  }
+  ps_roi_align_for_each_sample(g, height, width, i, j, [&](const BilinearTaps<Acc>& t) {
+    add(t.y_low * width + t.x_low, g_per_sample * t.w_ll);
+    add(t.y_low * width + t.x_high, g_per_sample * t.w_lh);
+    add(t.y_high * width + t.x_low, g_per_sample * t.w_hl);
+    add(t.y_high * width + t.x_high, g_per_sample * t.w_hh);
+  });
 }
 
 // ps_roi_pool
@@ -249,5 +251,46 @@ DETOPS_HD void ps_roi_pool_bin_scatter(const PsRoiPoolBin& b, Acc grad, std::int
     for (std::int64_t x = b.cols.begin; x < b.cols.end; ++x) add(y * width + x, share);
   }
 }
+
+// Each op's per-element math behind one interface, for the CPU loops and the CUDA kernels:
+//   geometry(p, roi, batch)            the roi's geometry (batch < 0: invalid)
+//   value(p, g, e, plane, s)           element e's value, from its input channel's plane
+//   scatter(p, g, e, grad, s, add)     element e's gradient, through add(offset in that plane, value)
+struct PsRoiAlignMath {
+  template <typename T>
+  static DETOPS_HD PsRoiAlignGeometry<acc_t<T>> geometry(const PsRoiAlignParams& p, const T* roi, std::int64_t batch) {
+    return ps_roi_align_geometry<T, acc_t<T>>(p, roi, batch);
+  }
+  template <typename T>
+  static DETOPS_HD acc_t<T> value(const PsRoiAlignParams&, const PsRoiAlignGeometry<acc_t<T>>& g, const PsRoiElement& e,
+                                  const T* plane, const RoiShape& s) {
+    return ps_roi_align_bin_average<T, acc_t<T>>(g, plane, s.height, s.width, e.bin_y, e.bin_x);
+  }
+  template <typename Acc, typename AddFn>
+  static DETOPS_HD void scatter(const PsRoiAlignParams&, const PsRoiAlignGeometry<Acc>& g, const PsRoiElement& e,
+                                Acc grad, const RoiShape& s, AddFn&& add) {
+    ps_roi_align_bin_scatter(g, grad, s.height, s.width, e.bin_y, e.bin_x, add);
+  }
+};
+
+struct PsRoiPoolMath {
+  template <typename T>
+  static DETOPS_HD PsRoiPoolGeometry geometry(const PsRoiPoolParams& p, const T* roi, std::int64_t batch) {
+    return ps_roi_pool_geometry<T, acc_t<T>>(p, roi, batch);
+  }
+  template <typename T>
+  static DETOPS_HD acc_t<T> value(const PsRoiPoolParams& p, const PsRoiPoolGeometry& g, const PsRoiElement& e,
+                                  const T* plane, const RoiShape& s) {
+    const PsRoiPoolBin bin =
+        ps_roi_pool_bin<acc_t<T>>(p, g, s.height, s.width, e.bin_y, e.bin_x, PsRoiPoolPass::kForward);
+    return ps_roi_pool_bin_average<T, acc_t<T>>(bin, plane, s.width);
+  }
+  template <typename Acc, typename AddFn>
+  static DETOPS_HD void scatter(const PsRoiPoolParams& p, const PsRoiPoolGeometry& g, const PsRoiElement& e, Acc grad,
+                                const RoiShape& s, AddFn&& add) {
+    const PsRoiPoolBin bin = ps_roi_pool_bin<Acc>(p, g, s.height, s.width, e.bin_y, e.bin_x, PsRoiPoolPass::kBackward);
+    ps_roi_pool_bin_scatter(bin, grad, s.width, add);
+  }
+};
 
 }  // namespace detops

@@ -12,10 +12,25 @@
 namespace detops {
 namespace {
 
-// What differs between the two ops; everything else below is shared.
+using opkit::Dim;
+using opkit::Field;
+using opkit::Tensor;
+
+// What differs between the two ops (their schemas among it); everything else below is shared.
 struct AlignOp {
   using Params = PsRoiAlignParams;
+  using P = Params;
   static constexpr const char* kName = "ps_roi_align";
+  static constexpr const char* kSchema =
+      "ps_roi_align(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
+      "int sampling_ratio, bool zero_empty_bins=False) -> (Tensor, Tensor)";
+  using Args = RoiForwardSchemaArgs<P, Field<&P::sampling_ratio>, Field<&P::zero_empty_bins>>;
+  static constexpr const char* kBackwardSchema =
+      "_ps_roi_align_backward(Tensor grad, Tensor rois, Tensor channel_mapping, float spatial_scale, "
+      "int pooled_height, int pooled_width, int sampling_ratio, int batch_size, int channels, int height, "
+      "int width) -> Tensor";
+  using BackwardArgs = opkit::Args<Tensor, Tensor, Tensor, Field<&P::spatial_scale>, Field<&P::pooled_height>,
+                                   Field<&P::pooled_width>, Field<&P::sampling_ratio>, Dim<0>, Dim<1>, Dim<2>, Dim<3>>;
   static constexpr const char* kBackwardAlert = "detops::_ps_roi_align_backward (CUDA)";
   static void check_extra(const Params& p) {
     TORCH_CHECK_VALUE(p.sampling_ratio <= kPsRoiAlignMaxSamplingGrid, kName, ": sampling_ratio must be <= ",
@@ -29,7 +44,17 @@ struct AlignOp {
 
 struct PoolOp {
   using Params = PsRoiPoolParams;
+  using P = Params;
   static constexpr const char* kName = "ps_roi_pool";
+  static constexpr const char* kSchema =
+      "ps_roi_pool(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
+      "bool exact_bins=False) -> (Tensor, Tensor)";
+  using Args = RoiForwardSchemaArgs<P, Field<&P::exact_bins>>;
+  static constexpr const char* kBackwardSchema =
+      "_ps_roi_pool_backward(Tensor grad, Tensor rois, Tensor channel_mapping, float spatial_scale, "
+      "int pooled_height, int pooled_width, int batch_size, int channels, int height, int width, "
+      "bool exact_bins=False) -> Tensor";
+  using BackwardArgs = RoiBackwardSchema<Tensor>::Args<P, Field<&P::exact_bins>>;
   static constexpr const char* kBackwardAlert = "detops::_ps_roi_pool_backward (CUDA)";
   static void check_extra(const Params&) {}
   static constexpr auto launch_forward = &launch_ps_roi_pool_forward;
@@ -148,58 +173,28 @@ at::Tensor ps_roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois, 
 
 namespace {
 
-using opkit::Dim;
-using opkit::Field;
-using opkit::Tensor;
-using Pair = std::tuple<at::Tensor, at::Tensor>;
-using AP = PsRoiAlignParams;
-using PP = PsRoiPoolParams;
-
-struct AlignBackward : RoiBackwardDef<AP> {
-  static constexpr const char* kSchema =
-      "_ps_roi_align_backward(Tensor grad, Tensor rois, Tensor channel_mapping, float spatial_scale, "
-      "int pooled_height, int pooled_width, int sampling_ratio, int batch_size, int channels, int height, "
-      "int width) -> Tensor";
-  using Args = opkit::Args<Tensor, Tensor, Tensor, Field<&AP::spatial_scale>, Field<&AP::pooled_height>,
-                           Field<&AP::pooled_width>, Field<&AP::sampling_ratio>, Dim<0>, Dim<1>, Dim<2>, Dim<3>>;
-  static constexpr auto kCompute = &ps_roi_align_backward;
-  static constexpr const char* kOpName = AlignOp::kName;
+// The definitions of both ops' forward and backward.
+template <typename Op>
+struct Backward : RoiBackwardDef<typename Op::Params> {
+  static constexpr const char* kSchema = Op::kBackwardSchema;
+  using Args = typename Op::BackwardArgs;
+  static constexpr auto kCompute = &backward<Op>;
+  static constexpr const char* kOpName = Op::kName;
 };
 
-struct AlignForward : RoiForwardDef<AP, AlignBackward, Pair> {
-  static constexpr const char* kSchema =
-      "ps_roi_align(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
-      "int sampling_ratio, bool zero_empty_bins=False) -> (Tensor, Tensor)";
-  using Args = opkit::Args<Tensor, Tensor, Field<&AP::spatial_scale>, Field<&AP::pooled_height>,
-                           Field<&AP::pooled_width>, Field<&AP::sampling_ratio>, Field<&AP::zero_empty_bins>>;
-  static constexpr auto kCompute = &ps_roi_align_forward;
-  static constexpr auto kMeta = &forward_meta<AlignOp>;
-};
-
-struct PoolBackward : RoiBackwardDef<PP> {
-  static constexpr const char* kSchema =
-      "_ps_roi_pool_backward(Tensor grad, Tensor rois, Tensor channel_mapping, float spatial_scale, "
-      "int pooled_height, int pooled_width, int batch_size, int channels, int height, int width, "
-      "bool exact_bins=False) -> Tensor";
-  using Args = opkit::Args<Tensor, Tensor, Tensor, Field<&PP::spatial_scale>, Field<&PP::pooled_height>,
-                           Field<&PP::pooled_width>, Dim<0>, Dim<1>, Dim<2>, Dim<3>, Field<&PP::exact_bins>>;
-  static constexpr auto kCompute = &ps_roi_pool_backward;
-  static constexpr const char* kOpName = PoolOp::kName;
-};
-
-struct PoolForward : RoiForwardDef<PP, PoolBackward, Pair> {
-  static constexpr const char* kSchema =
-      "ps_roi_pool(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
-      "bool exact_bins=False) -> (Tensor, Tensor)";
-  using Args = opkit::Args<Tensor, Tensor, Field<&PP::spatial_scale>, Field<&PP::pooled_height>,
-                           Field<&PP::pooled_width>, Field<&PP::exact_bins>>;
-  static constexpr auto kCompute = &ps_roi_pool_forward;
-  static constexpr auto kMeta = &forward_meta<PoolOp>;
+template <typename Op>
+struct Forward : RoiForwardDef<typename Op::Params, Backward<Op>, std::tuple<at::Tensor, at::Tensor>> {
+  static constexpr const char* kSchema = Op::kSchema;
+  using Args = typename Op::Args;
+  static constexpr auto kCompute = &forward<Op>;
+  static constexpr auto kMeta = &forward_meta<Op>;
 };
 
 }  // namespace
 }  // namespace detops
 
 TORCH_LIBRARY_FRAGMENT(detops, m) {
-  detops::opkit::define<detops::AlignForward, detops::AlignBackward, detops::PoolForward, detops::PoolBackward>(m);
+  using detops::AlignOp, detops::PoolOp;
+  detops::opkit::define<detops::Forward<AlignOp>, detops::Backward<AlignOp>, detops::Forward<PoolOp>,
+                        detops::Backward<PoolOp>>(m);
 }

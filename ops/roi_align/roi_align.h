@@ -22,13 +22,10 @@ struct RoiAlignBackwardArgs : RoiBackwardArgs {
   void* grad_input = nullptr;  // CUDA only: see above
 };
 
-Launcher<RoiAlignParams, RoiAlignForwardArgs> launch_roi_align_forward;
-Launcher<RoiAlignParams, RoiAlignBackwardArgs> launch_roi_align_backward;
-
 // CPU implementations over the same per-element math; rois with an invalid batch index produce zeros
 // (the framework layer rejects them before calling). The forward splits over rois, the backward runs
 // serially (it scatters) and is therefore deterministic.
-CpuEntry<RoiAlignParams, RoiAlignForwardArgs> run_roi_align_forward_cpu;
-SerialCpuEntry<RoiAlignParams, RoiAlignBackwardArgs> run_roi_align_backward_cpu;
+DETOPS_DECLARE_ENTRY(RoiAlignParams, RoiAlignForwardArgs, roi_align_forward);
+DETOPS_DECLARE_ENTRY_SERIAL_CPU(RoiAlignParams, RoiAlignBackwardArgs, roi_align_backward);
 
 }  // namespace detops

@@ -60,25 +60,14 @@ at::Tensor roi_align_backward(const at::Tensor& grad, const at::Tensor& rois, co
 
 namespace {
 
-// Shape-only forward for meta tensors (torch.compile's fake tensors).
-at::Tensor roi_align_meta(const at::Tensor& input, const at::Tensor& rois, const RoiAlignParams& p) {
-  check_input_4d(kOp, input);
-  check_rois(kOp, rois, nullptr, nullptr);
-  return at::empty({rois.size(0), input.size(1), p.pooled_height, p.pooled_width}, input.options());
-}
-
 using P = RoiAlignParams;
-using opkit::Dim;
 using opkit::Field;
-using opkit::Tensor;
 
 struct Backward : RoiBackwardDef<P> {
   static constexpr const char* kSchema =
       "_roi_align_backward(Tensor grad, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
       "int batch_size, int channels, int height, int width, int sampling_ratio, bool aligned) -> Tensor";
-  using Args = opkit::Args<Tensor, Tensor, Field<&P::spatial_scale>, Field<&P::pooled_height>,
-                           Field<&P::pooled_width>, Dim<0>, Dim<1>, Dim<2>, Dim<3>, Field<&P::sampling_ratio>,
-                           Field<&P::aligned>>;
+  using Args = RoiBackwardSchema<>::Args<P, Field<&P::sampling_ratio>, Field<&P::aligned>>;
   static constexpr auto kCompute = &roi_align_backward;
   static constexpr const char* kOpName = kOp;
 };
@@ -87,10 +76,9 @@ struct Forward : RoiForwardDef<P, Backward> {
   static constexpr const char* kSchema =
       "roi_align(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
       "int sampling_ratio, bool aligned) -> Tensor";
-  using Args = opkit::Args<Tensor, Tensor, Field<&P::spatial_scale>, Field<&P::pooled_height>,
-                           Field<&P::pooled_width>, Field<&P::sampling_ratio>, Field<&P::aligned>>;
+  using Args = RoiForwardSchemaArgs<P, Field<&P::sampling_ratio>, Field<&P::aligned>>;
   static constexpr auto kCompute = &roi_align_forward;
-  static constexpr auto kMeta = &roi_align_meta;
+  static constexpr RoiForwardMeta<at::Tensor> kMeta{kOp};  // shapes only (torch.compile's fake tensors)
 };
 
 }  // namespace

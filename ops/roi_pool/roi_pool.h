@@ -25,13 +25,10 @@ struct RoiPoolBackwardArgs : RoiBackwardArgs {
   unsigned long long* first_invalid_argmax = nullptr;
 };
 
-Launcher<RoiPoolParams, RoiPoolForwardArgs> launch_roi_pool_forward;
-Launcher<RoiPoolParams, RoiPoolBackwardArgs> launch_roi_pool_backward;
-
 // CPU: invalid rois and argmax values outside [-1, H*W) are skipped as on CUDA (the framework layer
 // rejects them before calling). The forward splits over rois, the backward over channels (each channel's
 // plane is summed in the fixed roi, ph, pw order, so the backward is deterministic).
-CpuEntry<RoiPoolParams, RoiPoolForwardArgs> run_roi_pool_forward_cpu;
-CpuEntry<RoiPoolParams, RoiPoolBackwardArgs> run_roi_pool_backward_cpu;
+DETOPS_DECLARE_ENTRY(RoiPoolParams, RoiPoolForwardArgs, roi_pool_forward);
+DETOPS_DECLARE_ENTRY(RoiPoolParams, RoiPoolBackwardArgs, roi_pool_backward);
 
 }  // namespace detops

@@ -15,6 +15,8 @@ namespace {
 
 constexpr const char* kOp = "roi_pool";
 
+void check_params(const RoiPoolParams& p) { check_roi_pooling_params(kOp, p, NoCheck{}, EmptyGrid::kAccepted); }
+
 void check_map(const RoiPoolShape& s) {
   check_roi_feature_map(kOp, s);
   // Checked before any overflow: both are non-negative, so the product is tested by division.
@@ -42,19 +44,19 @@ void check_cpu_argmax(const at::Tensor& argmax_c, std::int64_t plane_elements) {
   }
 }
 
-
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> roi_pool_forward(const at::Tensor& input, const at::Tensor& rois,
                                                     const RoiPoolParams& params) {
-  const DType dtype = check_roi_forward(kOp, input, rois, [&] { check_roi_pooling_params(kOp, params, NoCheck{}, EmptyGrid::kAccepted); });
+  const DType dtype = check_roi_forward(kOp, input, rois, [&] { check_params(params); });
   const auto s = roi_shape<RoiPoolShape>(shape4(input), rois);
   check_map(s);
   at::Tensor output = at::empty(roi_output_shape(s, params), input.options());
   at::Tensor argmax = at::empty(roi_output_shape(s, params), input.options().dtype(at::kInt));
   if (output.numel() == 0) return {output, argmax};
   const at::Tensor input_c = input.contiguous(), rois_c = rois.contiguous();
-  RoiPoolForwardArgs args{{s, input_c.data_ptr(), rois_c.data_ptr(), output.data_ptr()}, argmax.data_ptr<std::int32_t>()};
+  RoiPoolForwardArgs args{{s, input_c.data_ptr(), rois_c.data_ptr(), output.data_ptr()},
+                          argmax.data_ptr<std::int32_t>()};
   run_roi_launcher(kOp, "input", input, rois_c, params, args, dtype,
                    &launch_roi_pool_forward, &run_roi_pool_forward_cpu);
   return {output, argmax};
@@ -62,7 +64,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward(const at::Tensor& input, con
 
 at::Tensor roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& argmax,
                              const RoiPoolParams& params, std::array<std::int64_t, 4> input_shape) {
-  const DType dtype = check_roi_backward(kOp, grad, rois, input_shape, NoCheck{}, [&] { check_roi_pooling_params(kOp, params, NoCheck{}, EmptyGrid::kAccepted); });
+  const DType dtype = check_roi_backward(kOp, grad, rois, input_shape, NoCheck{}, [&] { check_params(params); });
   const auto s = roi_shape<RoiPoolShape>(input_shape, rois);
   check_map(s);
   const opkit::Shape expected = roi_output_shape(s, params);
@@ -106,26 +108,14 @@ at::Tensor roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois, con
 
 namespace {
 
-// Shape-only forward for meta tensors (torch.compile's fake tensors).
-std::tuple<at::Tensor, at::Tensor> roi_pool_meta(const at::Tensor& input, const at::Tensor& rois,
-                                                 const RoiPoolParams& p) {
-  check_input_4d(kOp, input);
-  check_rois(kOp, rois, nullptr, nullptr);
-  return roi_meta_outputs<std::tuple<at::Tensor, at::Tensor>>(
-      input, {rois.size(0), input.size(1), p.pooled_height, p.pooled_width});
-}
-
 using P = RoiPoolParams;
-using opkit::Dim;
 using opkit::Field;
-using opkit::Tensor;
 
 struct Backward : RoiBackwardDef<P> {
   static constexpr const char* kSchema =
       "_roi_pool_backward(Tensor grad, Tensor rois, Tensor argmax, float spatial_scale, int pooled_height, "
       "int pooled_width, int batch_size, int channels, int height, int width) -> Tensor";
-  using Args = opkit::Args<Tensor, Tensor, Tensor, Field<&P::spatial_scale>, Field<&P::pooled_height>,
-                           Field<&P::pooled_width>, Dim<0>, Dim<1>, Dim<2>, Dim<3>>;
+  using Args = RoiBackwardSchema<opkit::Tensor>::Args<P>;
   static constexpr auto kCompute = &roi_pool_backward;
   static constexpr const char* kOpName = kOp;
 };
@@ -134,10 +124,9 @@ struct Forward : RoiForwardDef<P, Backward, std::tuple<at::Tensor, at::Tensor>> 
   static constexpr const char* kSchema =
       "roi_pool(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, *, "
       "bool exact_max=False) -> (Tensor, Tensor)";
-  using Args = opkit::Args<Tensor, Tensor, Field<&P::spatial_scale>, Field<&P::pooled_height>,
-                           Field<&P::pooled_width>, Field<&P::exact_max>>;
+  using Args = RoiForwardSchemaArgs<P, Field<&P::exact_max>>;
   static constexpr auto kCompute = &roi_pool_forward;
-  static constexpr auto kMeta = &roi_pool_meta;
+  static constexpr RoiForwardMeta<Returns> kMeta{kOp};  // shapes only (torch.compile's fake tensors)
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Sigmoid focal loss CUDA kernels. 'none' and the backward: one thread per element, grid-stride, 64-bit
 // indices. 'mean' / 'sum': the chunk kernel reduces fixed chunks of kFocalLossChunk elements (one chunk per
-// block iteration, a fixed-order block sum) into acc_t<T> partial sums; the finish kernel (one block)
-// adds the partial sums in a fixed order and writes the scaled total. No atomics on values: deterministic.
+// block iteration, a fixed-order block sum) into acc_t<T> partial sums; chunked_sum_finish_kernel (one block,
+// common/chunked_sum.cuh) adds the partial sums in a fixed order and writes the scaled total. No atomics on values:
+// deterministic.
 // The torchvision form with 16-byte-aligned tensors (what PyTorch allocates) takes vectorized kernels: each
 // thread loads 16 bytes of logits and of targets at a time (4 fp32, 8 fp16/bf16, 2 fp64), which keeps
 // enough bytes in flight to approach DRAM bandwidth; the chunked reduction keeps its chunks and its order.
@@ -11,6 +12,8 @@
 #include <string>
 
 #include "common/block_reduce.cuh"
+#include "common/chunked_sum.cuh"
+#include "common/int_dispatch.h"
 #include "common/kernel_launch.cuh"
 #include "common/vector_pack.cuh"
 #include "sigmoid_focal_loss/sigmoid_focal_loss_kernel.cuh"
@@ -68,18 +71,6 @@ __global__ void __launch_bounds__(kThreads)
     const Acc total = block_sum<Acc, kThreads>(sum, shared);
     if (threadIdx.x == 0) partials[c] = total;
   }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kFinishThreads)
-    sigmoid_focal_loss_finish_kernel(std::int64_t chunks, const acc_t<T>* __restrict__ partials, acc_t<T> scale,
-                                     T* __restrict__ out) {
-  using Acc = acc_t<T>;
-  __shared__ Acc shared[kFinishThreads];
-  Acc sum = Acc(0);
-  for (std::int64_t c = threadIdx.x; c < chunks; c += kFinishThreads) sum += partials[c];
-  const Acc total = block_sum<Acc, kFinishThreads>(sum, shared);
-  if (threadIdx.x == 0) out[0] = from_acc<T>(total * scale);
 }
 
 template <typename T>
@@ -188,88 +179,93 @@ __global__ void sigmoid_focal_loss_backward_vec_kernel(FocalCoeffs<acc_t<T>> k, 
   }
 }
 
-// Both forms run the scalar kernels; the torchvision form also the vectorized ones.
+// Both forms run the scalar kernels; the torchvision form also the vectorized ones, for gamma = 2 and any gamma.
 const bool kRegistered = for_each_floating_type([](auto tag, const char* type) {
   using T = typename decltype(tag)::type;
   for (const FocalLossForm form : {FocalLossForm::kTorchvision, FocalLossForm::kMmcv}) {
     const char* op = sigmoid_focal_loss_op_name(form);
     register_instantiation(op, "sigmoid_focal_loss_forward_kernel", type, &sigmoid_focal_loss_forward_kernel<T>);
     register_instantiation(op, "sigmoid_focal_loss_chunk_kernel", type, &sigmoid_focal_loss_chunk_kernel<T>);
-    register_instantiation(op, "sigmoid_focal_loss_finish_kernel", type, &sigmoid_focal_loss_finish_kernel<T>);
+    register_instantiation(op, "chunked_sum_finish_kernel", std::string(type) + ", " + std::to_string(kFinishThreads),
+                           &chunked_sum_finish_kernel<T, kFinishThreads>);
     register_instantiation(op, "sigmoid_focal_loss_backward_kernel", type, &sigmoid_focal_loss_backward_kernel<T>);
   }
-  const auto gammas = [type](const char* kernel, auto two, auto any) {
-    const char* op = sigmoid_focal_loss_op_name(FocalLossForm::kTorchvision);
-    register_instantiation(op, kernel, std::string(type) + ", 2", two);
-    register_instantiation(op, kernel, std::string(type) + ", any", any);
-  };
-  gammas("sigmoid_focal_loss_forward_vec_kernel", &sigmoid_focal_loss_forward_vec_kernel<T, kGammaTwo>,
-         &sigmoid_focal_loss_forward_vec_kernel<T, kGammaAny>);
-  gammas("sigmoid_focal_loss_chunk_vec_kernel", &sigmoid_focal_loss_chunk_vec_kernel<T, kGammaTwo>,
-         &sigmoid_focal_loss_chunk_vec_kernel<T, kGammaAny>);
-  gammas("sigmoid_focal_loss_backward_vec_kernel", &sigmoid_focal_loss_backward_vec_kernel<T, kGammaTwo>,
-         &sigmoid_focal_loss_backward_vec_kernel<T, kGammaAny>);
+  const char* tv = sigmoid_focal_loss_op_name(FocalLossForm::kTorchvision);
+  for_each_int<kGammaTwo, kGammaAny>([&](auto gamma) {
+    constexpr int G = decltype(gamma)::value;
+    const std::string args = std::string(type) + (G == kGammaTwo ? ", 2" : ", any");
+    register_instantiation(tv, "sigmoid_focal_loss_forward_vec_kernel", args,
+                           &sigmoid_focal_loss_forward_vec_kernel<T, G>);
+    register_instantiation(tv, "sigmoid_focal_loss_chunk_vec_kernel", args, &sigmoid_focal_loss_chunk_vec_kernel<T, G>);
+    register_instantiation(tv, "sigmoid_focal_loss_backward_vec_kernel", args,
+                           &sigmoid_focal_loss_backward_vec_kernel<T, G>);
+  });
 });
+
+// The call's coefficients in the accumulation type of T (dispatch_logit_loss).
+template <typename T>
+using Coeffs = FocalCoeffs<acc_t<T>>;
+
+// The instantiation of a vectorized kernel for the call's gamma: fn(kGammaTwo or kGammaAny).
+template <typename Acc, typename Fn>
+void dispatch_gamma(const FocalCoeffs<Acc>& k, Fn&& fn) {
+  dispatch_int<kGammaTwo, kGammaAny>(k.gamma_kind == 2, fn);
+}
 
 }  // namespace
 
 void launch_sigmoid_focal_loss_forward(const SigmoidFocalLossParams& params, const SigmoidFocalLossForwardArgs& args,
                                        DType dtype, cudaStream_t stream) {
-  if (args.numel == 0) return;
-  dispatch_floating(dtype, "sigmoid_focal_loss_forward", [&](auto tag) {
+  dispatch_logit_loss<Coeffs>("sigmoid_focal_loss_forward", params, args.n, dtype, [&](auto tag, const auto& k) {
     using T = typename decltype(tag)::type;
-    using Acc = acc_t<T>;
-    const FocalCoeffs<Acc> k = focal_coeffs<Acc>(params);
-    const bool two = k.gamma_kind == 2;  // the kGammaTwo instantiations
-    const bool vec = params.form == FocalLossForm::kTorchvision && aligned16(args.inputs) && aligned16(args.targets);
+    const bool vec = params.form == FocalLossForm::kTorchvision && aligned16(args.input) && aligned16(args.target);
     if (params.reduction == FocalLossReduction::kNone) {
       if (vec && aligned16(args.out)) {
-        launch_kernel(two ? &sigmoid_focal_loss_forward_vec_kernel<T, kGammaTwo>
-                          : &sigmoid_focal_loss_forward_vec_kernel<T, kGammaAny>,
-                      grid_for(args.numel / Pack<T>::kN, kThreads), kThreads, stream, k, args.numel, args.inputs,
-                      args.targets, args.out);
+        dispatch_gamma(k, [&](auto gamma) {
+          launch_kernel(&sigmoid_focal_loss_forward_vec_kernel<T, decltype(gamma)::value>,
+                        grid_for(args.n / Pack<T>::kN, kThreads), kThreads, stream, k, args.n, args.input, args.target,
+                        args.out);
+        });
       } else {
-        launch_grid_stride(&sigmoid_focal_loss_forward_kernel<T>, args.numel, kThreads, stream, params.form, k,
-                           args.numel, args.num_classes, args.inputs, args.targets, args.weight, args.out,
-                           args.first_invalid_row);
+        launch_grid_stride(&sigmoid_focal_loss_forward_kernel<T>, args.n, kThreads, stream, params.form, k, args.n,
+                           args.classes, args.input, args.target, args.weight, args.out, args.first_invalid_row);
       }
       return;
     }
-    const std::int64_t chunks = sigmoid_focal_loss_chunk_count(args.numel);
+    const std::int64_t chunks = sigmoid_focal_loss_chunk_count(args.n);
     if (vec) {
-      launch_kernel(two ? &sigmoid_focal_loss_chunk_vec_kernel<T, kGammaTwo>
-                        : &sigmoid_focal_loss_chunk_vec_kernel<T, kGammaAny>,
-                    grid_for(chunks, 1), kThreads, stream, k, args.numel, args.inputs, args.targets, args.partials);
+      dispatch_gamma(k, [&](auto gamma) {
+        launch_kernel(&sigmoid_focal_loss_chunk_vec_kernel<T, decltype(gamma)::value>, grid_for(chunks, 1), kThreads,
+                      stream, k, args.n, args.input, args.target, args.partials);
+      });
     } else {
-      launch_kernel(&sigmoid_focal_loss_chunk_kernel<T>, grid_for(chunks, 1), kThreads, stream, params.form, k,
-                    args.numel, args.num_classes, args.inputs, args.targets, args.weight, args.partials,
-                    args.first_invalid_row);
+      launch_kernel(&sigmoid_focal_loss_chunk_kernel<T>, grid_for(chunks, 1), kThreads, stream, params.form, k, args.n,
+                    args.classes, args.input, args.target, args.weight, args.partials, args.first_invalid_row);
     }
-    launch_kernel(&sigmoid_focal_loss_finish_kernel<T>, 1, kFinishThreads, stream, chunks, args.partials,
-                  static_cast<Acc>(args.scale), args.out);
+    launch_kernel(&chunked_sum_finish_kernel<T, kFinishThreads>, 1, kFinishThreads, stream, chunks, args.partials,
+                  static_cast<acc_t<T>>(args.scale), args.out);
   });
 }
 
 void launch_sigmoid_focal_loss_backward(const SigmoidFocalLossParams& params,
                                         const SigmoidFocalLossBackwardArgs& args, DType dtype, cudaStream_t stream) {
-  if (args.numel == 0) return;
-  dispatch_floating(dtype, "sigmoid_focal_loss_backward", [&](auto tag) {
+  dispatch_logit_loss<Coeffs>("sigmoid_focal_loss_backward", params, args.n, dtype, [&](auto tag, const auto& k) {
     using T = typename decltype(tag)::type;
     using Acc = acc_t<T>;
-    const FocalCoeffs<Acc> k = focal_coeffs<Acc>(params);
-    const bool two = k.gamma_kind == 2;  // the kGammaTwo instantiations
-    const bool vec = params.form == FocalLossForm::kTorchvision && aligned16(args.inputs) && aligned16(args.targets) &&
-                     aligned16(args.grad_inputs) && (args.grad_stride == 0 || (args.grad_stride == 1 && aligned16(args.grad)));
+    const UpstreamGrad& g = args.grad;
+    const bool vec = params.form == FocalLossForm::kTorchvision && aligned16(args.input) && aligned16(args.target) &&
+                     aligned16(args.grad_input) && (g.stride == 0 || (g.stride == 1 && aligned16(g.data)));
     if (vec) {
-      launch_kernel(two ? &sigmoid_focal_loss_backward_vec_kernel<T, kGammaTwo>
-                        : &sigmoid_focal_loss_backward_vec_kernel<T, kGammaAny>,
-                    grid_for(args.numel / Pack<T>::kN, kThreads), kThreads, stream, k, args.numel, args.grad,
-                    args.grad_stride, static_cast<Acc>(args.grad_scale), args.inputs, args.targets, args.grad_inputs);
+      dispatch_gamma(k, [&](auto gamma) {
+        launch_kernel(&sigmoid_focal_loss_backward_vec_kernel<T, decltype(gamma)::value>,
+                      grid_for(args.n / Pack<T>::kN, kThreads), kThreads, stream, k, args.n, g.data, g.stride,
+                      static_cast<Acc>(g.scale), args.input, args.target, args.grad_input);
+      });
       return;
     }
-    launch_grid_stride(&sigmoid_focal_loss_backward_kernel<T>, args.numel, kThreads, stream, params.form, k,
-                       args.numel, args.num_classes, args.grad, args.grad_stride, static_cast<Acc>(args.grad_scale),
-                       args.inputs, args.targets, args.weight, args.grad_inputs, args.first_invalid_row);
+    launch_grid_stride(&sigmoid_focal_loss_backward_kernel<T>, args.n, kThreads, stream, params.form, k, args.n,
+                       args.classes, g.data, g.stride, static_cast<Acc>(g.scale), args.input, args.target, args.weight,
+                       args.grad_input, args.first_invalid_row);
   });
 }
 

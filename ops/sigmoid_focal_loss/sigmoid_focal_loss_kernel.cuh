@@ -69,18 +69,21 @@ struct FocalCoeffs {
   Acc alpha_pos = 1, alpha_neg = 1;  // a_t = alpha_pos t + alpha_neg (1 - t)
   Acc gamma = 2;
   int gamma_kind = 2;  // 0: gamma == 0, 2: gamma == 2 (q * q), 1: any other (pow)
+
+  FocalCoeffs() = default;
+  explicit FocalCoeffs(const SigmoidFocalLossParams& p) {
+    if (p.form == FocalLossForm::kMmcv || p.alpha >= 0) {
+      alpha_pos = static_cast<Acc>(p.alpha);
+      alpha_neg = static_cast<Acc>(1.0 - p.alpha);
+    }
+    gamma = static_cast<Acc>(p.gamma);
+    gamma_kind = p.gamma == 0 ? 0 : (p.gamma == 2 ? 2 : 1);
+  }
 };
 
 template <typename Acc>
 FocalCoeffs<Acc> focal_coeffs(const SigmoidFocalLossParams& p) {
-  FocalCoeffs<Acc> k;
-  if (p.form == FocalLossForm::kMmcv || p.alpha >= 0) {
-    k.alpha_pos = static_cast<Acc>(p.alpha);
-    k.alpha_neg = static_cast<Acc>(1.0 - p.alpha);
-  }
-  k.gamma = static_cast<Acc>(p.gamma);
-  k.gamma_kind = p.gamma == 0 ? 0 : (p.gamma == 2 ? 2 : 1);
-  return k;
+  return FocalCoeffs<Acc>(p);
 }
 
 template <typename Acc>

@@ -5,12 +5,14 @@
 // order; every thread of the group gets the same statistics). 'none': one loss per row, groups looping over rows
 // with a grid stride, 64-bit indices. 'mean' / 'sum': the chunk kernel sums the row losses of fixed chunks of
 // kSoftmaxFocalChunkRows rows (each group's rows in order, then a fixed-order block sum) into acc_t<T> partial
-// sums; the finish kernel (one block) adds them in a fixed order. The backward recomputes the row statistics
-// and writes the row's gradient. No atomics on values: deterministic.
+// sums; chunked_sum_finish_kernel (one block, common/chunked_sum.cuh) adds them in a fixed order. The backward
+// recomputes the row statistics and writes the row's gradient. No atomics on values: deterministic.
 #include <cstdint>
 #include <string>
 
 #include "common/block_reduce.cuh"
+#include "common/chunked_sum.cuh"
+#include "common/int_dispatch.h"
 #include "common/kernel_launch.cuh"
 #include "softmax_focal_loss/softmax_focal_loss_kernel.cuh"
 
@@ -46,25 +48,32 @@ __device__ __forceinline__ void report_invalid(int kind, int rank, std::int64_t 
   if (kind == 1 && rank == 0 && first_invalid_row != nullptr) atomicMin(first_invalid_row, static_cast<unsigned long long>(n));
 }
 
-// 'none': out[n] = loss of row n. Groups loop over rows with a grid stride (a block's loop bounds are the same for
-// all its threads when the group is the block).
+// row(g, n) for the rows of this thread's group g: the groups loop over rows with a grid stride (a block's loop
+// bounds are the same for all its threads when the group is the block).
+template <int RowThreads, typename Acc, typename Row>
+__device__ __forceinline__ void for_each_group_row(std::int64_t rows, Row&& row) {
+  __shared__ Acc shared[kThreads / 32];
+  const RowGroup<RowThreads, Acc> g{static_cast<int>(threadIdx.x) % RowThreads, RowThreads, shared};
+  constexpr int kGroups = kThreads / RowThreads;
+  for (std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kGroups + threadIdx.x / RowThreads; n < rows;
+       n += static_cast<std::int64_t>(gridDim.x) * kGroups) {
+    row(g, n);
+  }
+}
+
+// 'none': out[n] = loss of row n.
 template <typename T, int RowThreads>
 __global__ void __launch_bounds__(kThreads)
     softmax_focal_loss_forward_kernel(SoftmaxFocalCoeffs<acc_t<T>> k, std::int64_t rows, std::int64_t classes,
                                       const T* __restrict__ input, const std::int64_t* __restrict__ target,
                                       const T* __restrict__ weight, T* __restrict__ out,
                                       unsigned long long* first_invalid_row) {
-  using Acc = acc_t<T>;
-  __shared__ Acc shared[kThreads / 32];
-  const RowGroup<RowThreads, Acc> g{static_cast<int>(threadIdx.x) % RowThreads, RowThreads, shared};
-  constexpr int kGroups = kThreads / RowThreads;
-  for (std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kGroups + threadIdx.x / RowThreads; n < rows;
-       n += static_cast<std::int64_t>(gridDim.x) * kGroups) {
+  for_each_group_row<RowThreads, acc_t<T>>(rows, [&](const auto& g, std::int64_t n) {
     int kind = 0;
-    const Acc loss = softmax_focal_row_loss(g, k, n, classes, input, target, weight, kind);
+    const acc_t<T> loss = softmax_focal_row_loss(g, k, n, classes, input, target, weight, kind);
     report_invalid(kind, g.rank, n, first_invalid_row);
     if (g.rank == 0) out[n] = from_acc<T>(loss);
-  }
+  });
 }
 
 // 'mean' / 'sum': partials[chunk] = the sum of the chunk's row losses. Group j takes rows j, j + groups, ... of the
@@ -95,18 +104,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kFinishThreads)
-    softmax_focal_loss_finish_kernel(std::int64_t chunks, const acc_t<T>* __restrict__ partials, acc_t<T> scale,
-                                     T* __restrict__ out) {
-  using Acc = acc_t<T>;
-  __shared__ Acc shared[kFinishThreads / 32];
-  Acc sum = Acc(0);
-  for (std::int64_t c = threadIdx.x; c < chunks; c += kFinishThreads) sum += partials[c];
-  const Acc total = block_sum<Acc, kFinishThreads>(sum, shared);
-  if (threadIdx.x == 0) out[0] = from_acc<T>(total * scale);
-}
-
 // grad_input of row n: grad[n * grad_stride] * grad_scale * d (weighted loss_n) / dx; zeros for ignored and
 // invalid rows.
 template <typename T, int RowThreads>
@@ -116,73 +113,70 @@ __global__ void __launch_bounds__(kThreads)
                                        const T* __restrict__ input, const std::int64_t* __restrict__ target,
                                        const T* __restrict__ weight, T* __restrict__ grad_input,
                                        unsigned long long* first_invalid_row) {
-  using Acc = acc_t<T>;
-  __shared__ Acc shared[kThreads / 32];
-  const RowGroup<RowThreads, Acc> g{static_cast<int>(threadIdx.x) % RowThreads, RowThreads, shared};
-  constexpr int kGroups = kThreads / RowThreads;
-  for (std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kGroups + threadIdx.x / RowThreads; n < rows;
-       n += static_cast<std::int64_t>(gridDim.x) * kGroups) {
+  for_each_group_row<RowThreads, acc_t<T>>(rows, [&](const auto& g, std::int64_t n) {
     int kind = 0;
-    softmax_focal_row_grad(g, k, n, classes, to_acc<Acc>(grad[n * grad_stride]) * grad_scale, input, target, weight,
-                           grad_input, kind);
+    softmax_focal_row_grad(g, k, n, classes, to_acc<acc_t<T>>(grad[n * grad_stride]) * grad_scale, input, target,
+                           weight, grad_input, kind);
     report_invalid(kind, g.rank, n, first_invalid_row);
-  }
+  });
 }
 
 const bool kRegistered = for_each_floating_type([](auto tag, const char* type) {
   using T = typename decltype(tag)::type;
-  const auto both = [type](const char* kernel, auto warp, auto block) {
-    register_instantiation(kOp, kernel, std::string(type) + ", 32", warp);
-    register_instantiation(kOp, kernel, std::string(type) + ", 256", block);
-  };
-  both("softmax_focal_loss_forward_kernel", &softmax_focal_loss_forward_kernel<T, kWarpRow>,
-       &softmax_focal_loss_forward_kernel<T, kBlockRow>);
-  both("softmax_focal_loss_chunk_kernel", &softmax_focal_loss_chunk_kernel<T, kWarpRow>,
-       &softmax_focal_loss_chunk_kernel<T, kBlockRow>);
-  both("softmax_focal_loss_backward_kernel", &softmax_focal_loss_backward_kernel<T, kWarpRow>,
-       &softmax_focal_loss_backward_kernel<T, kBlockRow>);
-  register_instantiation(kOp, "softmax_focal_loss_finish_kernel", type, &softmax_focal_loss_finish_kernel<T>);
+  for_each_int<kWarpRow, kBlockRow>([&](auto group) {
+    constexpr int R = decltype(group)::value;
+    const std::string args = std::string(type) + ", " + std::to_string(R);
+    register_instantiation(kOp, "softmax_focal_loss_forward_kernel", args, &softmax_focal_loss_forward_kernel<T, R>);
+    register_instantiation(kOp, "softmax_focal_loss_chunk_kernel", args, &softmax_focal_loss_chunk_kernel<T, R>);
+    register_instantiation(kOp, "softmax_focal_loss_backward_kernel", args, &softmax_focal_loss_backward_kernel<T, R>);
+  });
+  register_instantiation(kOp, "chunked_sum_finish_kernel", std::string(type) + ", " + std::to_string(kFinishThreads),
+                         &chunked_sum_finish_kernel<T, kFinishThreads>);
 });
 
-bool block_per_row(std::int64_t classes) { return classes >= kSoftmaxFocalBlockRowClasses; }
+// The call's coefficients in the accumulation type of T (dispatch_logit_loss).
+template <typename T>
+using Coeffs = SoftmaxFocalCoeffs<acc_t<T>>;
+
+// fn(TypeTag<T>{}, k, group) for the logits' dtype T, the call's coefficients k and the kernels' row group over
+// args' rows: std::integral_constant<int, kBlockRow> for rows of at least kSoftmaxFocalBlockRowClasses classes, else
+// kWarpRow (kThreads / group rows per block). Nothing for no rows.
+template <typename Args, typename Fn>
+void dispatch_rows(const char* name, const SoftmaxFocalLossParams& params, const Args& args, DType dtype, Fn&& fn) {
+  dispatch_logit_loss<Coeffs>(name, params, args.n, dtype, [&](auto tag, const auto& k) {
+    dispatch_int<kBlockRow, kWarpRow>(args.classes >= kSoftmaxFocalBlockRowClasses,
+                                      [&](auto group) { fn(tag, k, group); });
+  });
+}
 
 }  // namespace
 
 void launch_softmax_focal_loss_forward(const SoftmaxFocalLossParams& params, const SoftmaxFocalLossForwardArgs& args,
                                        DType dtype, cudaStream_t stream) {
-  if (args.rows == 0) return;
-  dispatch_floating(dtype, "softmax_focal_loss_forward", [&](auto tag) {
+  dispatch_rows("softmax_focal_loss_forward", params, args, dtype, [&](auto tag, const auto& k, auto group) {
     using T = typename decltype(tag)::type;
-    using Acc = acc_t<T>;
-    const SoftmaxFocalCoeffs<Acc> k = softmax_focal_coeffs<Acc>(params);
-    const bool block = block_per_row(args.classes);
     if (params.reduction == SoftmaxFocalLossReduction::kNone) {
-      launch_kernel(block ? &softmax_focal_loss_forward_kernel<T, kBlockRow> : &softmax_focal_loss_forward_kernel<T, kWarpRow>,
-                    grid_for(args.rows, block ? 1 : kThreads / kWarpRow), kThreads, stream, k, args.rows, args.classes,
-                    args.input, args.target, args.weight, args.out, args.first_invalid_row);
+      launch_kernel(&softmax_focal_loss_forward_kernel<T, decltype(group)::value>, grid_for(args.n, kThreads / group),
+                    kThreads, stream, k, args.n, args.classes, args.input, args.target, args.weight, args.out,
+                    args.first_invalid_row);
       return;
     }
-    const std::int64_t chunks = softmax_focal_loss_chunk_count(args.rows);
-    launch_kernel(block ? &softmax_focal_loss_chunk_kernel<T, kBlockRow> : &softmax_focal_loss_chunk_kernel<T, kWarpRow>,
-                  grid_for(chunks, 1), kThreads, stream, k, args.rows, args.classes, args.input, args.target,
-                  args.weight, args.partials, args.first_invalid_row);
-    launch_kernel(&softmax_focal_loss_finish_kernel<T>, 1, kFinishThreads, stream, chunks, args.partials,
-                  static_cast<Acc>(args.scale), args.out);
+    const std::int64_t chunks = softmax_focal_loss_chunk_count(args.n);
+    launch_kernel(&softmax_focal_loss_chunk_kernel<T, decltype(group)::value>, grid_for(chunks, 1), kThreads, stream, k,
+                  args.n, args.classes, args.input, args.target, args.weight, args.partials, args.first_invalid_row);
+    launch_kernel(&chunked_sum_finish_kernel<T, kFinishThreads>, 1, kFinishThreads, stream, chunks, args.partials,
+                  static_cast<acc_t<T>>(args.scale), args.out);
   });
 }
 
 void launch_softmax_focal_loss_backward(const SoftmaxFocalLossParams& params, const SoftmaxFocalLossBackwardArgs& args,
                                         DType dtype, cudaStream_t stream) {
-  if (args.rows == 0) return;
-  dispatch_floating(dtype, "softmax_focal_loss_backward", [&](auto tag) {
+  dispatch_rows("softmax_focal_loss_backward", params, args, dtype, [&](auto tag, const auto& k, auto group) {
     using T = typename decltype(tag)::type;
-    using Acc = acc_t<T>;
-    const SoftmaxFocalCoeffs<Acc> k = softmax_focal_coeffs<Acc>(params);
-    const bool block = block_per_row(args.classes);
-    launch_kernel(block ? &softmax_focal_loss_backward_kernel<T, kBlockRow> : &softmax_focal_loss_backward_kernel<T, kWarpRow>,
-                  grid_for(args.rows, block ? 1 : kThreads / kWarpRow), kThreads, stream, k, args.rows, args.classes,
-                  args.grad, args.grad_stride, static_cast<Acc>(args.grad_scale), args.input, args.target, args.weight,
-                  args.grad_input, args.first_invalid_row);
+    launch_kernel(&softmax_focal_loss_backward_kernel<T, decltype(group)::value>, grid_for(args.n, kThreads / group),
+                  kThreads, stream, k, args.n, args.classes, args.grad.data, args.grad.stride,
+                  static_cast<acc_t<T>>(args.grad.scale), args.input, args.target, args.weight, args.grad_input,
+                  args.first_invalid_row);
   });
 }
 

@@ -31,22 +31,18 @@ DETOPS_HD double sfl_log1p(double v) { return log1p(v); }
 DETOPS_HD float sfl_pow(float b, float e) { return powf(b, e); }
 DETOPS_HD double sfl_pow(double b, double e) { return pow(b, e); }
 
-// The constants of one call, in the accumulation type.
+// The constants of one call (SoftmaxFocalCoeffs<Acc>(params)), in the accumulation type.
 template <typename Acc>
 struct SoftmaxFocalCoeffs {
   Acc alpha = Acc(0.25);
   Acc gamma = Acc(2);
   int gamma_kind = 2;  // 0: gamma == 0 (q^(gamma+1) = q), 2: gamma == 2 (q * q * q), 1: any other (pow)
-};
 
-template <typename Acc>
-SoftmaxFocalCoeffs<Acc> softmax_focal_coeffs(const SoftmaxFocalLossParams& p) {
-  SoftmaxFocalCoeffs<Acc> k;
-  k.alpha = static_cast<Acc>(p.alpha);
-  k.gamma = static_cast<Acc>(p.gamma);
-  k.gamma_kind = p.gamma == 0 ? 0 : (p.gamma == 2 ? 2 : 1);
-  return k;
-}
+  SoftmaxFocalCoeffs() = default;
+  explicit SoftmaxFocalCoeffs(const SoftmaxFocalLossParams& p)
+      : alpha(static_cast<Acc>(p.alpha)), gamma(static_cast<Acc>(p.gamma)),
+        gamma_kind(p.gamma == 0 ? 0 : (p.gamma == 2 ? 2 : 1)) {}
+};
 
 // Online softmax: adds exp(x - m) to the running sum s (whose terms are relative to m), first raising m to x
 // (and rescaling s) when x > m. A NaN x makes s NaN.

@@ -93,20 +93,29 @@ CellPart part_of(Index q, double lo, double hi) {
   return c;
 }
 
-double bin_integral(const Tensor4d& x, Index b, Index c, const Bin& bin) {
-  const CellRange rows = cells(bin.y_lo, bin.y_hi, x.dimension(2));
-  const CellRange cols = cells(bin.x_lo, bin.x_hi, x.dimension(3));
-  double total = 0;
+// Calls fn(r, q, u, v) for each cell [q, q + 1] x [r, r + 1] that overlaps the bin (of a height x width map)
+// with a nonzero area, row by row, u and v being the cell's parts along x and y.
+template <typename Fn>
+void for_each_cell(const Bin& bin, Index height, Index width, Fn&& fn) {
+  const CellRange rows = cells(bin.y_lo, bin.y_hi, height);
+  const CellRange cols = cells(bin.x_lo, bin.x_hi, width);
   for (Index r = rows.first; r <= rows.last; ++r) {
     const CellPart v = part_of(r, bin.y_lo, bin.y_hi);
     if (v.empty()) continue;
     for (Index q = cols.first; q <= cols.last; ++q) {
       const CellPart u = part_of(q, bin.x_lo, bin.x_hi);
       if (u.empty()) continue;
-      total += pixel(x, b, c, r, q) * u.near * v.near + pixel(x, b, c, r, q + 1) * u.far * v.near +
-               pixel(x, b, c, r + 1, q) * u.near * v.far + pixel(x, b, c, r + 1, q + 1) * u.far * v.far;
+      fn(r, q, u, v);
     }
   }
+}
+
+double bin_integral(const Tensor4d& x, Index b, Index c, const Bin& bin) {
+  double total = 0;
+  for_each_cell(bin, x.dimension(2), x.dimension(3), [&](Index r, Index q, const CellPart& u, const CellPart& v) {
+    total += pixel(x, b, c, r, q) * u.near * v.near + pixel(x, b, c, r, q + 1) * u.far * v.near +
+             pixel(x, b, c, r + 1, q) * u.near * v.far + pixel(x, b, c, r + 1, q + 1) * u.far * v.far;
+  });
   return total;
 }
 
@@ -166,28 +175,21 @@ PrRoiPoolGrads prroi_pool_backward(const PrRoiPoolParams& p, const Tensor4d& gra
     for (Index i = 0; i < p.pooled_height; ++i) {
       for (Index j = 0; j < p.pooled_width; ++j) {
         const Bin bin = bin_of(r, i, j);
-        const CellRange rows = cells(bin.y_lo, bin.y_hi, H), cols = cells(bin.x_lo, bin.x_hi, W);
         // Bin edges as functions of the roi row: x_lo = x1 s + j (x2 - x1) s / PW, x_hi = x1 s + (j + 1) (x2 - x1) s / PW.
         const double x_lo_of_x1 = 1 - j / PW, x_lo_of_x2 = j / PW, x_hi_of_x1 = 1 - (j + 1) / PW, x_hi_of_x2 = (j + 1) / PW;
         const double y_lo_of_y1 = 1 - i / PH, y_lo_of_y2 = i / PH, y_hi_of_y1 = 1 - (i + 1) / PH, y_hi_of_y2 = (i + 1) / PH;
         for (Index c = 0; c < C; ++c) {
           const double go = grad_output(k, c, i, j);
           // d out / d input: the weight of each cell corner in the integral, over the area.
-          for (Index rr = rows.first; rr <= rows.last; ++rr) {
-            const CellPart v = part_of(rr, bin.y_lo, bin.y_hi);
-            if (v.empty()) continue;
-            for (Index q = cols.first; q <= cols.last; ++q) {
-              const CellPart u = part_of(q, bin.x_lo, bin.x_hi);
-              if (u.empty()) continue;
-              const double corner[2][2] = {{u.near * v.near, u.far * v.near}, {u.near * v.far, u.far * v.far}};
-              for (Index dr = 0; dr < 2; ++dr) {
-                for (Index dq = 0; dq < 2; ++dq) {
-                  const Index h = rr + dr, w = q + dq;
-                  if (h >= 0 && h < H && w >= 0 && w < W) g.input(r.batch, c, h, w) += go * corner[dr][dq] / area;
-                }
+          for_each_cell(bin, H, W, [&](Index rr, Index q, const CellPart& u, const CellPart& v) {
+            const double corner[2][2] = {{u.near * v.near, u.far * v.near}, {u.near * v.far, u.far * v.far}};
+            for (Index dr = 0; dr < 2; ++dr) {
+              for (Index dq = 0; dq < 2; ++dq) {
+                const Index h = rr + dr, w = q + dq;
+                if (h >= 0 && h < H && w >= 0 && w < W) g.input(r.batch, c, h, w) += go * corner[dr][dq] / area;
               }
             }
-          }
+          });
           // d out / d bin edges by the Leibniz rule: with I the integral, d I / d x_lo = -(integral of f
           // along the edge x = x_lo), d I / d x_hi = +(along x = x_hi), and out = I / (bw bh).
           const double I = bin_integral(input, r.batch, c, bin);

@@ -1,32 +1,10 @@
 #include "detops/reference/sigmoid_focal_loss_reference.h"
 
 #include <cmath>
-#include <limits>
 #include <stdexcept>
 
 namespace detops::reference {
 namespace {
-
-// A value and its derivative with respect to one logit.
-struct Dual {
-  double v = 0, d = 0;
-};
-
-Dual operator+(Dual a, Dual b) { return {a.v + b.v, a.d + b.d}; }
-Dual operator-(Dual a) { return {-a.v, -a.d}; }
-Dual operator*(Dual a, Dual b) { return {a.v * b.v, a.d * b.v + a.v * b.d}; }
-Dual operator*(double s, Dual a) { return {s * a.v, s * a.d}; }
-Dual exp(Dual a) {
-  const double e = std::exp(a.v);
-  return {e, e * a.d};
-}
-Dual log1p(Dual a) { return {std::log1p(a.v), a.d / (1 + a.v)}; }
-Dual pow(Dual a, double g) {
-  if (g == 0) return {1, 0};
-  return {std::pow(a.v, g), g * std::pow(a.v, g - 1) * a.d};
-}
-double value_of(Dual a) { return a.v; }
-double value_of(double a) { return a; }
 
 using std::exp;
 using std::log1p;
@@ -60,85 +38,74 @@ double alpha_t(const SigmoidFocalLossParams& p, double t) {
   return p.alpha * t + (1 - p.alpha) * (1 - t);
 }
 
-double reduce_scale(const SigmoidFocalLossParams& p, double denominator) {
-  if (p.reduction != FocalLossReduction::kMean) return 1.0;
-  return denominator == 0 ? std::numeric_limits<double>::quiet_NaN() : 1.0 / denominator;
-}
-
 // (t, weight) of element (n, c) of the mmcv form.
-void mmcv_element(const std::vector<std::int64_t>& target, const Vectord* weight, Eigen::Index classes,
-                  Eigen::Index n, Eigen::Index c, double& t, double& w) {
-  const std::int64_t k = target[static_cast<size_t>(n)];
+void mmcv_element(const ClassTargetInputs& in, Eigen::Index n, Eigen::Index c, double& t, double& w) {
+  const Eigen::Index classes = in.input.cols();
+  const std::int64_t k = in.target[static_cast<size_t>(n)];
   if (k < 0 || k > classes) throw std::invalid_argument("sigmoid_focal_loss_mmcv reference: target out of [0, C]");
   t = k == c ? 1.0 : 0.0;
-  w = (weight != nullptr && k < classes) ? (*weight)(k) : 1.0;
+  w = (in.weight && k < classes) ? (*in.weight)(k) : 1.0;
+}
+
+// The loss of each element of the logits `x` (any Eigen container): element(i, t, w) gives element i's target and
+// weight; 'none' returns them in x's shape, a reduction one element (the sum times reduction_scale).
+template <typename X, typename Element>
+X forward(const SigmoidFocalLossParams& params, const X& x, double denominator, Element element) {
+  X loss(x.rows(), x.cols());
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    double t = 0, w = 1;
+    element(i, t, w);
+    loss(i) = w * focal_element(x(i), t, alpha_t(params, t), params.gamma);
+  }
+  if (params.reduction == FocalLossReduction::kNone) return loss;
+  X out(1, 1);
+  out(0) = loss.sum() * reduction_scale(params.reduction, denominator);
+  return out;
+}
+
+// The gradient with respect to the logits `x` of <grad, forward(x)> (grad: x's shape for 'none', else one
+// element), by the dual number of each element's loss.
+template <typename X, typename Element>
+X backward(const SigmoidFocalLossParams& params, const X& x, double denominator, const X& grad, Element element) {
+  const bool reduce = params.reduction != FocalLossReduction::kNone;
+  const double scale = reduction_scale(params.reduction, denominator);
+  X out(x.rows(), x.cols());
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    double t = 0, w = 1;
+    element(i, t, w);
+    const double g = reduce ? grad(0) * scale : grad(i);
+    const Dual l = focal_element(Dual{x(i), 1.0}, t, alpha_t(params, t), params.gamma);
+    out(i) = g * w * l.d;
+  }
+  return out;
 }
 
 }  // namespace
 
 Vectord sigmoid_focal_loss_forward(const SigmoidFocalLossParams& params, const Vectord& inputs,
                                    const Vectord& targets) {
-  const Eigen::Index n = inputs.size();
-  Vectord loss(n);
-  for (Eigen::Index i = 0; i < n; ++i) {
-    loss(i) = focal_element(inputs(i), targets(i), alpha_t(params, targets(i)), params.gamma);
-  }
-  if (params.reduction == FocalLossReduction::kNone) return loss;
-  Vectord out(1);
-  out(0) = loss.sum() * reduce_scale(params, static_cast<double>(n));
-  if (n == 0 && params.reduction == FocalLossReduction::kSum) out(0) = 0;
-  return out;
+  return forward(params, inputs, static_cast<double>(inputs.size()),
+                 [&](Eigen::Index i, double& t, double&) { t = targets(i); });
 }
 
 Vectord sigmoid_focal_loss_backward(const SigmoidFocalLossParams& params, const Vectord& inputs,
                                     const Vectord& targets, const Vectord& grad) {
-  const Eigen::Index n = inputs.size();
-  const bool reduce = params.reduction != FocalLossReduction::kNone;
-  const double scale = reduce_scale(params, static_cast<double>(n));
-  Vectord out(n);
-  for (Eigen::Index i = 0; i < n; ++i) {
-    const double g = reduce ? grad(0) * scale : grad(i);
-    const Dual l = focal_element(Dual{inputs(i), 1.0}, targets(i), alpha_t(params, targets(i)), params.gamma);
-    out(i) = g * l.d;
-  }
-  return out;
+  return backward(params, inputs, static_cast<double>(inputs.size()), grad,
+                  [&](Eigen::Index i, double& t, double&) { t = targets(i); });
 }
 
-Matrixd sigmoid_focal_loss_mmcv_forward(const SigmoidFocalLossParams& params, const Matrixd& input,
-                                        const std::vector<std::int64_t>& target, const Vectord* weight) {
-  const Eigen::Index rows = input.rows(), classes = input.cols();
-  Matrixd loss(rows, classes);
-  for (Eigen::Index r = 0; r < rows; ++r) {
-    for (Eigen::Index c = 0; c < classes; ++c) {
-      double t = 0, w = 1;
-      mmcv_element(target, weight, classes, r, c, t, w);
-      loss(r, c) = w * focal_element(input(r, c), t, alpha_t(params, t), params.gamma);
-    }
-  }
-  if (params.reduction == FocalLossReduction::kNone) return loss;
-  Matrixd out(1, 1);
-  out(0, 0) = loss.sum() * reduce_scale(params, static_cast<double>(rows));
-  if (rows == 0 && params.reduction == FocalLossReduction::kSum) out(0, 0) = 0;
-  return out;
+Matrixd sigmoid_focal_loss_mmcv_forward(const SigmoidFocalLossParams& params, const ClassTargetInputs& in) {
+  const Eigen::Index classes = in.input.cols();
+  return forward(params, in.input, static_cast<double>(in.input.rows()), [&](Eigen::Index i, double& t, double& w) {
+    mmcv_element(in, i / classes, i % classes, t, w);
+  });
 }
 
-Matrixd sigmoid_focal_loss_mmcv_backward(const SigmoidFocalLossParams& params, const Matrixd& input,
-                                         const std::vector<std::int64_t>& target, const Vectord* weight,
+Matrixd sigmoid_focal_loss_mmcv_backward(const SigmoidFocalLossParams& params, const ClassTargetInputs& in,
                                          const Matrixd& grad) {
-  const Eigen::Index rows = input.rows(), classes = input.cols();
-  const bool reduce = params.reduction != FocalLossReduction::kNone;
-  const double scale = reduce_scale(params, static_cast<double>(rows));
-  Matrixd out(rows, classes);
-  for (Eigen::Index r = 0; r < rows; ++r) {
-    for (Eigen::Index c = 0; c < classes; ++c) {
-      double t = 0, w = 1;
-      mmcv_element(target, weight, classes, r, c, t, w);
-      const double g = reduce ? grad(0, 0) * scale : grad(r, c);
-      const Dual l = focal_element(Dual{input(r, c), 1.0}, t, alpha_t(params, t), params.gamma);
-      out(r, c) = g * w * l.d;
-    }
-  }
-  return out;
+  const Eigen::Index classes = in.input.cols();
+  return backward(params, in.input, static_cast<double>(in.input.rows()), grad,
+                  [&](Eigen::Index i, double& t, double& w) { mmcv_element(in, i / classes, i % classes, t, w); });
 }
 
 }  // namespace detops::reference

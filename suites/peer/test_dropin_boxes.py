@@ -133,15 +133,6 @@ REJECTED_PAIRWISE_SHAPES = [((2, 3, 4), (3, 5, 4)), ((3, 3, 4), (0, 5, 4)), ((3,
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("op", PAIRWISE)
-@pytest.mark.parametrize("shapes", REJECTED_PAIRWISE_SHAPES, ids=str)
-def test_pairwise_rejected_shapes_raise_torchvisions_type(device, op, shapes):
-    a, b = torch.rand(shapes[0]), torch.rand(shapes[1])
-    err = assert_same_exception_type(getattr(tv, op), getattr(detops, op), a.to(device), b.to(device), what=op)
-    assert "boxes" in str(err)
-
-
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", ["distance_box_iou", "complete_box_iou"])
 @pytest.mark.parametrize("eps", [-1e-3, 0.0, 0.5, math.inf, math.nan])
 def test_pairwise_accepts_any_eps(device, op, eps):
@@ -219,10 +210,13 @@ REJECTED_LOSS_SHAPES = [((1, 4), (3, 4)), ((3, 4), (2, 4)), ((3, 5), (3, 5)), ((
                         ((), ()), ((3, 4), (2, 3, 4))]
 
 
+REJECTED_SHAPES = ([(op, s) for op in PAIRWISE for s in REJECTED_PAIRWISE_SHAPES]
+                   + [(op, s) for op in TV_LOSSES for s in REJECTED_LOSS_SHAPES])
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("op", TV_LOSSES)
-@pytest.mark.parametrize("shapes", REJECTED_LOSS_SHAPES, ids=str)
-def test_loss_rejected_shapes_raise_torchvisions_type(device, op, shapes):
+@pytest.mark.parametrize("op,shapes", REJECTED_SHAPES, ids=str)
+def test_rejected_shapes_raise_torchvisions_type(device, op, shapes):
     a, b = torch.rand(shapes[0]), torch.rand(shapes[1])
     err = assert_same_exception_type(getattr(tv, op), getattr(detops, op), a.to(device), b.to(device), what=op)
     assert "boxes" in str(err)

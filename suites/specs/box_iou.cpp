@@ -280,6 +280,31 @@ at::Tensor ciou_alpha(const at::Tensor& iou, const at::Tensor& v, double eps) {
   return at::where(den > 0, v / (den + eps), at::zeros_like(v));
 }
 
+// The op's forward and backward of a case over two box tensors. With `noncontiguous` the forward gets boxes1
+// with a row stride of 8 and boxes2 column-major (the same values); the backward gets the inputs as they are.
+template <typename Params, typename Forward, typename Backward>
+void set_box_pair_op(CaseData& d, const Params& p, bool noncontiguous, Forward forward, Backward backward) {
+  d.op_forward = [p, noncontiguous, forward](const Tensors& in) {
+    at::Tensor x = in[0], y = in[1];
+    if (noncontiguous) {
+      x = at::cat({x, x}, 1).slice(1, 0, 4);  // row stride 8
+      y = y.t().contiguous().t();             // column-major
+    }
+    return Tensors{forward(x, y, p)};
+  };
+  d.op_backward = [p, backward](const Tensors& in, const Tensors& grad) {
+    auto [g1, g2] = backward(grad[0], in[0], in[1], p);
+    return Tensors{g1, g2};
+  };
+}
+
+// The grad_output of a case: a broadcast (stride-0) one where asked; small_grad_output for degenerate boxes under
+// torchvision's quotients (the default mode), whose gradients would otherwise overflow float16.
+void set_box_grad_output(CaseData& d, bool stride0_grad, bool defined) {
+  if (stride0_grad) d.make_grad_output = kit::stride0_grad_output();
+  if (!defined && d.gradcheck_skip_reason.rfind("degenerate", 0) == 0) d.make_grad_output = small_grad_output;
+}
+
 CaseData make_pairwise_case(BoxIouVariant variant, const PairwiseCaseConfig& cfg, std::uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   PairwiseCaseConfig flat = cfg;
@@ -294,18 +319,7 @@ CaseData make_pairwise_case(BoxIouVariant variant, const PairwiseCaseConfig& cfg
   d.inputs = {b1, b2};
   d.differentiable = {0, 1};
   const BoxIouParams p{variant, cfg.eps, cfg.defined};
-  d.op_forward = [p, cfg](const Tensors& in) {
-    at::Tensor x = in[0], y = in[1];
-    if (cfg.noncontiguous) {
-      x = at::cat({x, x}, 1).slice(1, 0, 4);  // row stride 8
-      y = y.t().contiguous().t();             // column-major
-    }
-    return Tensors{box_iou_pairwise(x, y, p)};
-  };
-  d.op_backward = [p](const Tensors& in, const Tensors& grad) {
-    auto [g1, g2] = box_iou_pairwise_backward(grad[0], in[0], in[1], p);
-    return Tensors{g1, g2};
-  };
+  set_box_pair_op(d, p, cfg.noncontiguous, box_iou_pairwise, box_iou_pairwise_backward);
   d.reference_forward = [p](const Tensors& in) { return Tensors{reference_pairwise(p, in[0], in[1])}; };
   d.reference_backward = [p](const Tensors& in, const Tensors& grad) {
     return reference_pairwise_backward(p, in[0], in[1], grad[0]);
@@ -321,9 +335,8 @@ CaseData make_pairwise_case(BoxIouVariant variant, const PairwiseCaseConfig& cfg
       return Tensors{reference_pairwise(diou, x[0], x[1]) - alpha0 * ciou_v(x[0], x[1])};
     };
   }
-  if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
   d.gradcheck_skip_reason = pairwise_gradcheck_skip(cfg);
-  if (!cfg.defined && d.gradcheck_skip_reason.rfind("degenerate", 0) == 0) d.make_grad_output = small_grad_output;
+  set_box_grad_output(d, cfg.stride0_grad, cfg.defined);
   return d;
 }
 
@@ -580,18 +593,7 @@ CaseData make_loss_case(BoxIouVariant variant, const LossCaseConfig& cfg, std::u
   d.inputs = {b1, b2};
   d.differentiable = {0, 1};
   const BoxIouLossParams p{variant, cfg.reduction, cfg.eps, cfg.defined};
-  d.op_forward = [p, cfg](const Tensors& in) {
-    at::Tensor x = in[0], y = in[1];
-    if (cfg.noncontiguous) {
-      x = at::cat({x, x}, 1).slice(1, 0, 4);  // row stride 8
-      y = y.t().contiguous().t();             // column-major
-    }
-    return Tensors{box_iou_loss_forward(x, y, p)};
-  };
-  d.op_backward = [p](const Tensors& in, const Tensors& grad) {
-    auto [g1, g2] = box_iou_loss_backward(grad[0], in[0], in[1], p);
-    return Tensors{g1, g2};
-  };
+  set_box_pair_op(d, p, cfg.noncontiguous, box_iou_loss_forward, box_iou_loss_backward);
   d.reference_forward = [p](const Tensors& in) {
     return Tensors{reference_loss_tensor(p, reference::box_iou_loss_forward(p, kit::to_matrix(in[0]), kit::to_matrix(in[1])))};
   };
@@ -612,9 +614,8 @@ CaseData make_loss_case(BoxIouVariant variant, const LossCaseConfig& cfg, std::u
           p, reference::box_iou_loss_forward(p, kit::to_matrix(x[0]), kit::to_matrix(x[1]), &a0, &b0))};
     };
   }
-  if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
   if (!kink_free_layout(cfg.layout)) d.gradcheck_skip_reason = kink_reason(cfg.layout);
-  if (!cfg.defined && d.gradcheck_skip_reason.rfind("degenerate", 0) == 0) d.make_grad_output = small_grad_output;
+  set_box_grad_output(d, cfg.stride0_grad, cfg.defined);
   return d;
 }
 

@@ -280,6 +280,25 @@ harness::CheckResult check_dense_equivalence(DType dtype, Device device) {
 // formulas computed on the device. fp64 is left out: its backward needs ~100 GB.
 constexpr std::int64_t kLargeSide = 32768, kCrop = 64;
 
+// The kCrop x kCrop crop of t [N, C, H, W] at (y0, x0), on the CPU in fp64.
+at::Tensor crop(const at::Tensor& t, std::int64_t y0, std::int64_t x0) {
+  return t.slice(2, y0, y0 + kCrop).slice(3, x0, x0 + kCrop).cpu().to(at::kDouble);
+}
+
+// Summarizes r's comparisons, then checks that every nonzero element of t (the output or grad_features, named
+// `what`) lies in the two crops (at (far, far) and the origin) that hold the selection.
+void summarize_zero_outside_crops(harness::CheckResult& r, const at::Tensor& t, std::int64_t far, const char* what) {
+  const std::int64_t nonzero = at::count_nonzero(t).item<std::int64_t>();
+  const std::int64_t in_crops = at::count_nonzero(crop(t, far, far)).item<std::int64_t>() +
+                                at::count_nonzero(crop(t, 0, 0)).item<std::int64_t>();
+  r.properties["nonzero_outside_crops"] = std::to_string(nonzero - in_crops);
+  harness::summarize(r);
+  if (nonzero != in_crops) {
+    r.outcome = harness::Outcome::kMismatch;
+    r.message = std::to_string(nonzero - in_crops) + " " + what + " outside the selected crops are nonzero";
+  }
+}
+
 harness::CheckResult check_large_index(DType dtype, bool backward) {
   harness::CheckResult r;
   const MaskedConv2dParams p{1, 1, 1, 1};
@@ -304,9 +323,6 @@ harness::CheckResult check_large_index(DType dtype, bool backward) {
     const at::Tensor xs = at::arange(side, cuda.dtype(compute)).view({1, 1, 1, side});
     return at::sin(cs * a + ys * b + xs * c).to(st);
   };
-  const auto crop = [](const at::Tensor& t, std::int64_t y0, std::int64_t x0) {
-    return t.slice(2, y0, y0 + kCrop).slice(3, x0, x0 + kCrop).cpu().to(at::kDouble);
-  };
   const reference::Tensor4d w_ref = kit::to_tensor4d(w_cpu), w_abs = kit::to_tensor4d(w_cpu.abs());
   const reference::Vectord b_ref = kit::to_vector(b_cpu), b_abs = kit::to_vector(b_cpu.abs());
   const harness::Tolerance tol = tolerance_of(dtype);
@@ -323,15 +339,7 @@ harness::CheckResult check_large_index(DType dtype, bool backward) {
           kit::from_tensor4d(reference::masked_conv2d_forward(p, kit::to_tensor4d(xc.abs()), mc, w_abs, &b_abs));
       r.comparisons.push_back(harness::compare_tensors(crop(out, o, o), ref, tol, mag));
     }
-    const std::int64_t nonzero = at::count_nonzero(out).item<std::int64_t>();
-    const std::int64_t in_crops = at::count_nonzero(crop(out, far, far)).item<std::int64_t>() +
-                                  at::count_nonzero(crop(out, 0, 0)).item<std::int64_t>();
-    r.properties["nonzero_outside_crops"] = std::to_string(nonzero - in_crops);
-    harness::summarize(r);
-    if (nonzero != in_crops) {
-      r.outcome = harness::Outcome::kMismatch;
-      r.message = std::to_string(nonzero - in_crops) + " outputs outside the selected crops are nonzero";
-    }
+    summarize_zero_outside_crops(r, out, far, "outputs");
     return r;
   }
   const at::Tensor go = formula(1.3, 0.23, 0.19);
@@ -357,15 +365,7 @@ harness::CheckResult check_large_index(DType dtype, bool backward) {
   }
   r.comparisons.push_back(harness::compare_tensors(gw.cpu(), ref_w, tol, mag_w));
   r.comparisons.push_back(harness::compare_tensors(gb.cpu(), ref_b, tol, mag_b));
-  const std::int64_t nonzero = at::count_nonzero(gx).item<std::int64_t>();
-  const std::int64_t in_crops = at::count_nonzero(crop(gx, far, far)).item<std::int64_t>() +
-                                at::count_nonzero(crop(gx, 0, 0)).item<std::int64_t>();
-  r.properties["nonzero_outside_crops"] = std::to_string(nonzero - in_crops);
-  harness::summarize(r);
-  if (nonzero != in_crops) {
-    r.outcome = harness::Outcome::kMismatch;
-    r.message = std::to_string(nonzero - in_crops) + " grad_features elements outside the selected crops are nonzero";
-  }
+  summarize_zero_outside_crops(r, gx, far, "grad_features elements");
   return r;
 }
 

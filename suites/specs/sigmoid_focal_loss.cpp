@@ -6,6 +6,7 @@
 #include "kit/spec_prelude.h"
 
 #include "detops/reference/sigmoid_focal_loss_reference.h"
+#include "kit/class_target_cases.h"
 #include "kit/feature_cases.h"
 #include "sigmoid_focal_loss/sigmoid_focal_loss_torch.h"
 
@@ -23,6 +24,7 @@ enum class Logits {
   kLarge,     // uniform in [-30, 30], with +-30, +-20 and +-9.39 (mmcv's fp16 NaN) placed exactly
   kRetina,    // the prior logit + N(0, 1): almost every p near 0.01
   kNaN,       // N(0, 2^2) with NaN logits
+  kConfident, // uniform in [64, 107): with target 0, every term is about (1 - alpha) x, 48..80 (see below)
 };
 
 enum class Targets {
@@ -44,6 +46,7 @@ at::Tensor make_logits(Logits kind, at::Generator& gen, const std::vector<std::i
       for (std::int64_t i = 0; i < flat.numel(); i += 5) flat[i] = kNaN;
       return x;
     }
+    case Logits::kConfident: return at::rand(shape, gen, f64()) * 43 + 64;
     case Logits::kLarge: {
       at::Tensor x = at::rand(shape, gen, f64()) * 60 - 30;
       at::Tensor flat = x.view({-1});
@@ -184,6 +187,12 @@ std::vector<OpCase> focal_cases() {
   // sum, 4 at 8192; bf16 already at 256), so these fail unless the sums are kept in fp32.
   c = {}; c.shape = {1500, 100}; c.reduction = R::kMean; add("mean_150000_half_accumulation", c);
   c = {}; c.shape = {100000}; c.reduction = R::kSum; add("sum_100000_half_accumulation", c);
+  // A reduction split into chunks and trees stalls far less than a serial one, so this one makes an fp16
+  // accumulator fail however it is split: terms of 48..80 (confident wrong logits), whose mean (about 64) fp16
+  // holds, while a chunk's 2048 of them sum past 65504 (inf). (bf16 has fp32's range: only the stalls above catch
+  // a bf16 accumulator, and only a long serial one; a bf16 tree stays within bf16's tolerance.)
+  c = {}; c.shape = {1500, 100}; c.logits = Logits::kConfident; c.targets = Targets::kAllZero; c.reduction = R::kMean;
+  add("mean_150000_terms_of_64_fp16_overflow", c);
   c = {}; c.shape = {2048 * 3 + 1}; c.reduction = R::kSum; add("sum_chunk_edges_6145", c);
   c = {}; c.shape = {2, 2048}; c.reduction = R::kMean; add("mean_whole_chunks_4096", c);
   c = {}; c.shape = {9, 13}; c.noncontiguous_inputs = true; add("noncontiguous_inputs", c);
@@ -210,64 +219,25 @@ struct MmcvCaseConfig {
   bool stride0_grad = false;
 };
 
-std::vector<std::int64_t> target_vector(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kCPU).to(at::kLong).contiguous();
-  return std::vector<std::int64_t>(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel());
-}
+// The mmcv form's op and reference sides (kit/class_target_cases.h).
+const kit::ClassTargetLoss<SigmoidFocalLossParams, reference::Matrixd, reference::Matrixd> kMmcvLoss{
+    &sigmoid_focal_loss_mmcv_forward, &sigmoid_focal_loss_mmcv_backward, &reference::sigmoid_focal_loss_mmcv_forward,
+    &reference::sigmoid_focal_loss_mmcv_backward};
 
 CaseData make_mmcv_case(const MmcvCaseConfig& cfg, std::uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  CaseData d;
   const at::Tensor x = make_logits(cfg.logits, gen, {cfg.n, cfg.classes});
   const at::Tensor cls = at::randint(0, cfg.classes, {cfg.n}, gen, at::TensorOptions().dtype(at::kLong));
   const at::Tensor bg = at::rand({cfg.n}, gen, f64()) < cfg.background;
   const at::Tensor target = at::where(bg, at::full({cfg.n}, cfg.classes, cls.options()), cls);
-  d.inputs = {x, target};
-  if (cfg.weighted) d.inputs.push_back(at::rand({cfg.classes}, gen, f64()) * 1.5 + 0.25);
-  d.differentiable = {0};
   const SigmoidFocalLossParams p{FocalLossForm::kMmcv, cfg.alpha, cfg.gamma, cfg.reduction};
-  auto input_of = [cfg](const at::Tensor& t) { return cfg.noncontiguous ? t.t().contiguous().t() : t; };
-  auto weight_of = [](const Tensors& in) { return in.size() > 2 ? in[2] : at::Tensor(); };
-  d.op_forward = [p, input_of, weight_of](const Tensors& in) {
-    return Tensors{sigmoid_focal_loss_mmcv_forward(input_of(in[0]), in[1], weight_of(in), p)};
-  };
-  d.op_backward = [p, input_of, weight_of](const Tensors& in, const Tensors& grad) {
-    return Tensors{sigmoid_focal_loss_mmcv_backward(grad[0], input_of(in[0]), in[1], weight_of(in), p)};
-  };
-  auto reference = [](const SigmoidFocalLossParams& q, const Tensors& in) {
-    const reference::Vectord w = in.size() > 2 ? kit::to_vector(in[2]) : reference::Vectord();
-    const reference::Matrixd m = reference::sigmoid_focal_loss_mmcv_forward(q, kit::to_matrix(in[0]), target_vector(in[1]),
-                                                                            in.size() > 2 ? &w : nullptr);
-    const at::Tensor t = kit::from_matrix(m);
-    return q.reduction == R::kNone ? t : t.reshape({});
-  };
-  d.reference_forward = [p, reference](const Tensors& in) { return Tensors{reference(p, in)}; };
-  d.reference_forward_magnitude = [p, reference](const Tensors& in) {
-    SigmoidFocalLossParams none = p;
-    none.reduction = R::kNone;
-    return Tensors{kit::reduced_loss_magnitude(reference(none, in), p.reduction != R::kNone, p.reduction == R::kMean,
-                                               in[0].size(0))};
-  };
-  d.reference_backward = [p](const Tensors& in, const Tensors& grad) {
-    const reference::Vectord w = in.size() > 2 ? kit::to_vector(in[2]) : reference::Vectord();
-    const at::Tensor g = p.reduction == R::kNone ? grad[0] : grad[0].reshape({1, 1});
-    return Tensors{kit::from_matrix(reference::sigmoid_focal_loss_mmcv_backward(
-        p, kit::to_matrix(in[0]), target_vector(in[1]), in.size() > 2 ? &w : nullptr, kit::to_matrix(g)))};
-  };
-  if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
-  if (cfg.logits == Logits::kNaN) d.gradcheck_skip_reason = "NaN logits: nothing to differentiate";
-  return d;
+  return kit::class_target_loss_case(kMmcvLoss, p, cfg, x, target, gen, cfg.logits == Logits::kNaN);
 }
 
 std::vector<OpCase> mmcv_cases() {
   kit::CaseList<MmcvCaseConfig> add(0xF0CA'2000, make_mmcv_case);
+  kit::add_class_target_basic_cases(add);
   MmcvCaseConfig c;
-  c = {}; add("rows12_classes5_mean", c);
-  c = {}; c.reduction = R::kSum; add("rows12_classes5_sum", c);
-  c = {}; c.reduction = R::kNone; add("rows12_classes5_none", c);
-  c = {}; c.weighted = true; add("weighted_mean", c);
-  c = {}; c.weighted = true; c.reduction = R::kSum; add("weighted_sum", c);
-  c = {}; c.weighted = true; c.reduction = R::kNone; add("weighted_none", c);
   c = {}; c.classes = 1; c.n = 30; add("one_class_mean", c);
   c = {}; c.classes = 1; c.n = 30; c.reduction = R::kNone; c.weighted = true; add("one_class_weighted_none", c);
   c = {}; c.classes = 80; c.n = 64; add("coco_80_classes_mean", c);
@@ -294,15 +264,12 @@ std::vector<OpCase> mmcv_cases() {
   c = {}; c.logits = Logits::kRetina; c.classes = 80; c.n = 500; c.background = 0.9; c.reduction = R::kSum; add("retinanet_prior_500x80_sum", c);
   c = {}; c.logits = Logits::kRetina; c.classes = 80; c.n = 500; c.background = 0.9; c.reduction = R::kNone; add("retinanet_prior_500x80_none", c);
   c = {}; c.classes = 80; c.n = 1500; c.reduction = R::kMean; add("mean_120000_half_accumulation", c);
+  // As the torchvision form's: terms of 48..80 (every row background, confident logits), mean about 64.
+  c = {}; c.classes = 80; c.n = 1500; c.background = 1.0; c.logits = Logits::kConfident; add("mean_120000_terms_of_64_fp16_overflow", c);
   c = {}; c.classes = 80; c.n = 1250; c.reduction = R::kSum; c.background = 0.5; c.logits = Logits::kSmall; add("sum_100000_half_accumulation", c);
   c = {}; c.classes = 3; c.n = 2049; c.reduction = R::kSum; add("sum_chunk_edges_6147", c);
   c = {}; c.n = 1; c.classes = 1; add("single_element_mean", c);
-  c = {}; c.n = 0; c.classes = 4; add("empty_rows_mean_is_nan", c);
-  c = {}; c.n = 0; c.classes = 4; c.reduction = R::kSum; add("empty_rows_sum_is_zero", c);
-  c = {}; c.n = 0; c.classes = 4; c.reduction = R::kNone; add("empty_rows_none", c);
-  c = {}; c.noncontiguous = true; c.classes = 7; c.reduction = R::kNone; add("noncontiguous_input", c);
-  c = {}; c.noncontiguous = true; c.classes = 7; c.weighted = true; add("noncontiguous_input_weighted_mean", c);
-  c = {}; c.stride0_grad = true; c.reduction = R::kNone; c.weighted = true; add("stride0_grad_output", c);
+  kit::add_class_target_layout_cases(add);
   c = {}; c.logits = Logits::kNaN; c.reduction = R::kNone; add("nan_logits_propagate", c);
   return std::move(add.cases);
 }
@@ -311,9 +278,8 @@ std::vector<OpCase> mmcv_cases() {
 // Bad inputs and valid calls.
 
 using kit::f32_on;
+using kit::i64_on;
 using kit::other_device;
-
-at::TensorOptions i64_on(const at::Device& d) { return at::TensorOptions().dtype(at::kLong).device(d); }
 
 const SigmoidFocalLossParams kTvNone{FocalLossForm::kTorchvision, 0.25, 2.0, R::kNone};
 const SigmoidFocalLossParams kTvSum{FocalLossForm::kTorchvision, 0.25, 2.0, R::kSum};
@@ -360,9 +326,7 @@ std::vector<BadInputCase> focal_bad_inputs() {
 
 std::vector<BadInputCase> mmcv_bad_inputs() {
   kit::BadInputs bad;
-  auto targets = [](const at::Device& d, std::vector<std::int64_t> v) {
-    return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(d);
-  };
+  const auto targets = &kit::class_indices;
   bad.add("input_one_dimensional", [=](const at::Device& d) {
         sigmoid_focal_loss_mmcv_forward(at::zeros({6}, f32_on(d)), targets(d, {0, 1}), at::Tensor(), kMmcvMean); },
           {"input", "[N, C]", "[6]"});

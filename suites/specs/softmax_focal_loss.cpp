@@ -6,6 +6,7 @@
 #include "kit/spec_prelude.h"
 
 #include "detops/reference/softmax_focal_loss_reference.h"
+#include "kit/class_target_cases.h"
 #include "kit/feature_cases.h"
 #include "softmax_focal_loss/softmax_focal_loss_torch.h"
 
@@ -70,60 +71,23 @@ at::Tensor make_target(const SoftmaxFocalCaseConfig& cfg, const at::Tensor& x, a
   return at::where(ignored, negative, t).contiguous();
 }
 
-std::vector<std::int64_t> target_vector(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kCPU).to(at::kLong).contiguous();
-  return std::vector<std::int64_t>(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel());
-}
+// The op and reference sides (kit/class_target_cases.h).
+const kit::ClassTargetLoss<SoftmaxFocalLossParams, reference::Vectord, reference::Vectord> kLoss{
+    &softmax_focal_loss_forward, &softmax_focal_loss_backward, &reference::softmax_focal_loss_forward,
+    &reference::softmax_focal_loss_backward};
 
 CaseData make_case(const SoftmaxFocalCaseConfig& cfg, std::uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  CaseData d;
   const at::Tensor x = make_logits(cfg.logits, gen, cfg.n, cfg.classes);
-  d.inputs = {x, make_target(cfg, x, gen)};
-  if (cfg.weighted) d.inputs.push_back(at::rand({cfg.classes}, gen, f64()) * 1.5 + 0.25);
-  d.differentiable = {0};
-  const SoftmaxFocalLossParams p{cfg.gamma, cfg.alpha, cfg.reduction};
-  auto input_of = [cfg](const at::Tensor& t) { return cfg.noncontiguous ? t.t().contiguous().t() : t; };
-  auto weight_of = [](const Tensors& in) { return in.size() > 2 ? in[2] : at::Tensor(); };
-  d.op_forward = [p, input_of, weight_of](const Tensors& in) {
-    return Tensors{softmax_focal_loss_forward(input_of(in[0]), in[1], weight_of(in), p)};
-  };
-  d.op_backward = [p, input_of, weight_of](const Tensors& in, const Tensors& grad) {
-    return Tensors{softmax_focal_loss_backward(grad[0], input_of(in[0]), in[1], weight_of(in), p)};
-  };
-  auto reference = [](const SoftmaxFocalLossParams& q, const Tensors& in) {
-    const reference::Vectord w = in.size() > 2 ? kit::to_vector(in[2]) : reference::Vectord();
-    const at::Tensor t = kit::from_vector(reference::softmax_focal_loss_forward(
-        q, kit::to_matrix(in[0]), target_vector(in[1]), in.size() > 2 ? &w : nullptr));
-    return q.reduction == R::kNone ? t : t.reshape({});
-  };
-  d.reference_forward = [p, reference](const Tensors& in) { return Tensors{reference(p, in)}; };
-  // A reduced value's tolerance scales with its terms: the sum (mean) of the |row losses|.
-  d.reference_forward_magnitude = [p, reference](const Tensors& in) {
-    SoftmaxFocalLossParams none = p;
-    none.reduction = R::kNone;
-    return Tensors{kit::reduced_loss_magnitude(reference(none, in), p.reduction != R::kNone, p.reduction == R::kMean,
-                                               in[0].size(0))};
-  };
-  d.reference_backward = [p](const Tensors& in, const Tensors& grad) {
-    const reference::Vectord w = in.size() > 2 ? kit::to_vector(in[2]) : reference::Vectord();
-    return Tensors{kit::from_matrix(reference::softmax_focal_loss_backward(
-        p, kit::to_matrix(in[0]), target_vector(in[1]), in.size() > 2 ? &w : nullptr, kit::to_vector(grad[0].reshape({-1}))))};
-  };
-  if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
-  if (cfg.logits == Logits::kNaN) d.gradcheck_skip_reason = "NaN logits: nothing to differentiate";
-  return d;
+  const at::Tensor target = make_target(cfg, x, gen);
+  return kit::class_target_loss_case(kLoss, SoftmaxFocalLossParams{cfg.gamma, cfg.alpha, cfg.reduction}, cfg, x, target,
+                                     gen, cfg.logits == Logits::kNaN);
 }
 
 std::vector<OpCase> softmax_focal_cases() {
   kit::CaseList<SoftmaxFocalCaseConfig> add(0x50F7'1000, make_case);
+  kit::add_class_target_basic_cases(add);
   SoftmaxFocalCaseConfig c;
-  c = {}; add("rows12_classes5_mean", c);
-  c = {}; c.reduction = R::kSum; add("rows12_classes5_sum", c);
-  c = {}; c.reduction = R::kNone; add("rows12_classes5_none", c);
-  c = {}; c.weighted = true; add("weighted_mean", c);
-  c = {}; c.weighted = true; c.reduction = R::kSum; add("weighted_sum", c);
-  c = {}; c.weighted = true; c.reduction = R::kNone; add("weighted_none", c);
   c = {}; c.classes = 1; c.n = 30; add("one_class_mean_is_zero", c);  // p_t = 1: loss and gradient 0
   c = {}; c.classes = 1; c.n = 30; c.weighted = true; c.reduction = R::kNone; add("one_class_weighted_none", c);
   c = {}; c.classes = 2; c.n = 40; c.reduction = R::kNone; add("two_classes_none", c);
@@ -173,15 +137,14 @@ std::vector<OpCase> softmax_focal_cases() {
   // Long reductions: a half-precision accumulator stalls (fp16 adds nothing below half an ulp of the running sum;
   // bf16 much earlier), so these fail unless the row losses are summed in fp32.
   c = {}; c.classes = 10; c.n = 20000; add("mean_20000_rows_half_accumulation", c);
+  // Rows whose loss is up to 0.25 * 2e4 (the target the smallest of logits in {0, +-5e3, +-1e4}): the mean fp16
+  // holds, a chunk of 64 rows sums past 65504, so an fp16 accumulator fails however the sum is split (inf).
+  c = {}; c.classes = 10; c.n = 4096; c.logits = Logits::kHuge; c.targets = Targets::kArgmin;
+  add("mean_4096_rows_up_to_5000_fp16_overflow", c);
   c = {}; c.classes = 4; c.n = 12000; c.reduction = R::kSum; add("sum_12000_rows_half_accumulation", c);
   c = {}; c.n = 2 * 64 + 1; c.reduction = R::kSum; add("sum_chunk_edges_129_rows", c);
   c = {}; c.n = 2 * 64; c.weighted = true; add("mean_whole_chunks_128_rows", c);
-  c = {}; c.n = 0; c.classes = 4; add("empty_rows_mean_is_nan", c);
-  c = {}; c.n = 0; c.classes = 4; c.reduction = R::kSum; add("empty_rows_sum_is_zero", c);
-  c = {}; c.n = 0; c.classes = 4; c.reduction = R::kNone; add("empty_rows_none", c);
-  c = {}; c.noncontiguous = true; c.classes = 7; c.reduction = R::kNone; add("noncontiguous_input", c);
-  c = {}; c.noncontiguous = true; c.classes = 7; c.weighted = true; add("noncontiguous_input_weighted_mean", c);
-  c = {}; c.stride0_grad = true; c.reduction = R::kNone; c.weighted = true; add("stride0_grad_output", c);
+  kit::add_class_target_layout_cases(add);
   c = {}; c.logits = Logits::kNaN; c.reduction = R::kNone; c.n = 20; add("nan_logits_propagate", c);
   c = {}; c.logits = Logits::kNaN; c.reduction = R::kSum; c.n = 20; add("nan_logits_sum", c);
   return std::move(add.cases);
@@ -191,18 +154,15 @@ std::vector<OpCase> softmax_focal_cases() {
 // Bad inputs and the valid call.
 
 using kit::f32_on;
+using kit::i64_on;
 using kit::other_device;
-
-at::TensorOptions i64_on(const at::Device& d) { return at::TensorOptions().dtype(at::kLong).device(d); }
 
 const SoftmaxFocalLossParams kMean{2.0, 0.25, R::kMean};
 const SoftmaxFocalLossParams kNone{2.0, 0.25, R::kNone};
 
 std::vector<BadInputCase> softmax_focal_bad_inputs() {
   kit::BadInputs bad;
-  auto targets = [](const at::Device& d, std::vector<std::int64_t> v) {
-    return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(d);
-  };
+  const auto targets = &kit::class_indices;
   auto x23 = [](const at::Device& d) { return at::zeros({2, 3}, f32_on(d)); };
   bad.add("input_one_dimensional", [=](const at::Device& d) {
         softmax_focal_loss_forward(at::zeros({6}, f32_on(d)), targets(d, {0, 1}), at::Tensor(), kMean); },

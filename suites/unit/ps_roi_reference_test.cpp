@@ -5,10 +5,12 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "detops/reference/ps_roi_reference.h"
+#include "kit/reference_identities.h"
 #include "matrix_rows.h"
 
 namespace detops::reference {
@@ -105,29 +107,16 @@ TEST(PsRoiReference, ChannelMappingIsPositional) {
 }
 
 TEST(PsRoiAlignReference, LinearMapGivesValueAtBinCenterOfItsChannel) {
-  // f(n, c, y, x) = (c + 1) y / 2 - (c + 2) x / 4 + n. Inside the map, bilinear interpolation reproduces a
-  // linear function, and a bin's samples are symmetric about its center; each output reads its own channel.
-  const Eigen::Index C_out = 2, ph = 3, pw = 4, C = C_out * ph * pw;
-  Tensor4d x(2, C, 20, 24);
-  for (Eigen::Index n = 0; n < 2; ++n)
-    for (Eigen::Index c = 0; c < C; ++c)
-      for (Eigen::Index y = 0; y < 20; ++y)
-        for (Eigen::Index xx = 0; xx < 24; ++xx) x(n, c, y, xx) = (c + 1) * 0.5 * y - (c + 2) * 0.25 * xx + n;
+  // kit::linear_map: inside the map, bilinear interpolation reproduces a linear function, and a bin's samples
+  // are symmetric about its center; each output reads its own channel.
+  const Eigen::Index C_out = 2, ph = 3, pw = 4;
+  const Tensor4d x = kit::linear_map(2, C_out * ph * pw, 20, 24);
   const Matrixd r = rois({{1, 8, 4, 40, 28}, {0, 2, 2, 30, 34}});
+  const auto channel_read = [&](Eigen::Index c, Eigen::Index i, Eigen::Index j) { return (c * ph + i) * pw + j; };
   for (std::int64_t sr : {0, 1, 2, 3}) {
+    SCOPED_TRACE("sr=" + std::to_string(sr));
     const Tensor4d out = ps_roi_align_forward({0.5, ph, pw, sr}, x, r);
-    for (Eigen::Index k = 0; k < 2; ++k) {
-      const double x1 = r(k, 1) * 0.5 - 0.5, y1 = r(k, 2) * 0.5 - 0.5;
-      const double bw = (r(k, 3) - r(k, 1)) * 0.5 / pw, bh = (r(k, 4) - r(k, 2)) * 0.5 / ph;
-      for (Eigen::Index c = 0; c < C_out; ++c)
-        for (Eigen::Index i = 0; i < ph; ++i)
-          for (Eigen::Index j = 0; j < pw; ++j) {
-            const Eigen::Index c_in = (c * ph + i) * pw + j;
-            const double cy = y1 + (i + 0.5) * bh, cx = x1 + (j + 0.5) * bw;
-            const double expected = (c_in + 1) * 0.5 * cy - (c_in + 2) * 0.25 * cx + r(k, 0);
-            EXPECT_NEAR(out(k, c, i, j), expected, 1e-11) << "sr=" << sr << " k=" << k;
-          }
-    }
+    kit::expect_linear_at_bin_centers(out, {2, C_out, ph, pw}, r, 0.5, 0.5, channel_read, 1e-11);
   }
 }
 
@@ -172,19 +161,12 @@ TEST(PsRoiAlignReference, AdaptiveGridIsCapped) {
   EXPECT_NEAR(out(0, 0, 0, 0), 2.0 / (1024.0 * 1024.0), 1e-15);
 }
 
+// kit::expect_adjoint on a [2, 12, 6, 7] map and four rois.
 template <typename Params, typename Fwd, typename Bwd>
 void expect_adjoint(const Params& p, Fwd&& fwd, Bwd&& bwd) {
-  // <forward(x), g> == <x, backward(g)> for random x and g: the defining property of the backward.
-  Tensor4d x(2, 12, 6, 7);
-  x.setRandom();
   const Matrixd r = rois({{0, 1.3, 0.2, 9.7, 8.1}, {1, -2, -1, 5, 14}, {1, 3, 3, 3.5, 12}, {0, 10, 11, 2, 3}});
-  const Tensor4d y = fwd(p, x, r);
-  Tensor4d g(y.dimensions());
-  g.setRandom();
-  const Tensor4d gx = bwd(p, g, r, {2, 12, 6, 7});
-  const Eigen::Tensor<double, 0, Eigen::RowMajor> lhs = (y * g).sum();
-  const Eigen::Tensor<double, 0, Eigen::RowMajor> rhs = (x * gx).sum();
-  EXPECT_NEAR(lhs(), rhs(), 1e-12 * (1 + std::abs(lhs())));
+  kit::expect_adjoint({2, 12, 6, 7}, [&](const Tensor4d& x) { return fwd(p, x, r); },
+                      [&](const Tensor4d& g) { return bwd(p, g, r, {2, 12, 6, 7}); });
 }
 
 TEST(PsRoiReference, BackwardsAreTheAdjointsOfForwards) {

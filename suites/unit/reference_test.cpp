@@ -1,48 +1,29 @@
 // Self-checks of the references against values known in closed form (no GPU, no kernel code).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <limits>
+#include <string>
 
 #include "detops/reference/roi_align_reference.h"
+#include "kit/reference_identities.h"
 #include "matrix_rows.h"
 
 namespace detops::reference {
 namespace {
-
-// f(n, c, y, x) = a_c * y + b_c * x + n: bilinear interpolation reproduces it exactly inside the map.
-Tensor4d linear_map(Eigen::Index n, Eigen::Index c, Eigen::Index h, Eigen::Index w) {
-  Tensor4d t(n, c, h, w);
-  for (Eigen::Index i = 0; i < n; ++i)
-    for (Eigen::Index j = 0; j < c; ++j)
-      for (Eigen::Index y = 0; y < h; ++y)
-        for (Eigen::Index x = 0; x < w; ++x) t(i, j, y, x) = (j + 1) * 0.5 * y - (j + 2) * 0.25 * x + i;
-  return t;
-}
 
 Matrixd rois(std::initializer_list<std::initializer_list<double>> values) { return rows<5>(values); }
 
 TEST(RoiAlignReference, LinearMapGivesValueAtBinCenter) {
   // The samples of a bin are symmetric about its center, so their mean of a linear function is the
   // function at the bin center, for any grid size.
-  const Tensor4d x = linear_map(2, 3, 20, 24);
+  const Tensor4d x = kit::linear_map(2, 3, 20, 24);
   const Matrixd r = rois({{1, 8, 4, 40, 28}, {0, 2, 2, 30, 34}});
   for (std::int64_t sr : {0, 1, 2, 4}) {
     for (bool aligned : {false, true}) {
-      const RoiAlignParams p{0.5, 3, 4, sr, aligned};
-      const Tensor4d out = roi_align_forward(p, x, r);
-      for (Eigen::Index k = 0; k < 2; ++k) {
-        const double shift = aligned ? 0.5 : 0.0;
-        const double x1 = r(k, 1) * 0.5 - shift, y1 = r(k, 2) * 0.5 - shift;
-        const double bw = (r(k, 3) - r(k, 1)) * 0.5 / 4, bh = (r(k, 4) - r(k, 2)) * 0.5 / 3;
-        for (Eigen::Index c = 0; c < 3; ++c)
-          for (Eigen::Index i = 0; i < 3; ++i)
-            for (Eigen::Index j = 0; j < 4; ++j) {
-              const double cy = y1 + (i + 0.5) * bh, cx = x1 + (j + 0.5) * bw;
-              const double expected = (c + 1) * 0.5 * cy - (c + 2) * 0.25 * cx + r(k, 0);
-              EXPECT_NEAR(out(k, c, i, j), expected, 1e-12) << "sr=" << sr << " aligned=" << aligned;
-            }
-      }
+      SCOPED_TRACE("sr=" + std::to_string(sr) + " aligned=" + std::to_string(aligned));
+      const Tensor4d out = roi_align_forward({0.5, 3, 4, sr, aligned}, x, r);
+      const auto own_channel = [](Eigen::Index c, Eigen::Index, Eigen::Index) { return c; };
+      kit::expect_linear_at_bin_centers(out, {2, 3, 3, 4}, r, 0.5, aligned ? 0.5 : 0.0, own_channel, 1e-12);
     }
   }
 }
@@ -87,18 +68,10 @@ TEST(RoiAlignReference, AdaptiveGridIsCapped) {
 }
 
 TEST(RoiAlignReference, BackwardIsTheAdjointOfForward) {
-  // <forward(x), g> == <x, backward(g)> for random x and g: the defining property of the backward.
-  Tensor4d x(2, 2, 6, 7);
-  x.setRandom();
   const Matrixd r = rois({{0, 1.3, 0.2, 9.7, 8.1}, {1, -2, -1, 5, 14}, {1, 3, 3, 3.5, 12}});
   const RoiAlignParams p{0.75, 3, 2, 0, true};
-  const Tensor4d y = roi_align_forward(p, x, r);
-  Tensor4d g(y.dimensions());
-  g.setRandom();
-  const Tensor4d gx = roi_align_backward(p, g, r, {2, 2, 6, 7});
-  const Eigen::Tensor<double, 0, Eigen::RowMajor> lhs = (y * g).sum();
-  const Eigen::Tensor<double, 0, Eigen::RowMajor> rhs = (x * gx).sum();
-  EXPECT_NEAR(lhs(), rhs(), 1e-12 * (1 + std::abs(lhs())));
+  kit::expect_adjoint({2, 2, 6, 7}, [&](const Tensor4d& x) { return roi_align_forward(p, x, r); },
+                      [&](const Tensor4d& g) { return roi_align_backward(p, g, r, {2, 2, 6, 7}); });
 }
 
 TEST(RoiAlignReference, RejectsOutOfRangeBatchIndex) {

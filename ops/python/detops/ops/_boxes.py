@@ -36,51 +36,41 @@ def box_iou(boxes1: Tensor, boxes2: Tensor, fmt: str = "xyxy", *, defined_degene
     return torch.ops.detops.box_iou(_to_xyxy(boxes1, fmt), _to_xyxy(boxes2, fmt), defined_degenerate=defined_degenerate)
 
 
-def generalized_box_iou(boxes1: Tensor, boxes2: Tensor, *, defined_degenerate: bool = False) -> Tensor:
-    """Generalized IoU of every pair of (x1, y1, x2, y2) boxes: IoU - (C - U) / C, C the area of the
-    smallest box enclosing both, U their union.
+def _pairwise_doc(summary: str, eps: bool) -> str:
+    eps_line = "        eps (float): added to the squared diagonal (and CIoU's denominator). Default: 1e-7\n" if eps else ""
+    return f"""{summary}
 
     Args:
         boxes1 (Tensor[..., N, 4]): first set of boxes.
         boxes2 (Tensor[..., M, 4]): second set of boxes.
-        defined_degenerate (bool): DetOps' values for degenerate boxes instead of torchvision's. Default: False
+{eps_line}        defined_degenerate (bool): DetOps' values for degenerate boxes instead of torchvision's. Default: False
 
     Returns:
         Tensor[..., N, M]
     """
+
+
+def generalized_box_iou(boxes1: Tensor, boxes2: Tensor, *, defined_degenerate: bool = False) -> Tensor:
     return torch.ops.detops.generalized_box_iou(boxes1, boxes2, defined_degenerate=defined_degenerate)
 
 
 def distance_box_iou(boxes1: Tensor, boxes2: Tensor, eps: float = 1e-7, *, defined_degenerate: bool = False) -> Tensor:
-    """Distance IoU of every pair of (x1, y1, x2, y2) boxes: IoU - d^2 / (c^2 + eps), d the distance of the
-    centres, c the diagonal of the enclosing box.
-
-    Args:
-        boxes1 (Tensor[..., N, 4]): first set of boxes.
-        boxes2 (Tensor[..., M, 4]): second set of boxes.
-        eps (float): added to the squared diagonal (and CIoU's denominator). Default: 1e-7
-        defined_degenerate (bool): DetOps' values for degenerate boxes instead of torchvision's. Default: False
-
-    Returns:
-        Tensor[..., N, M]
-    """
     return torch.ops.detops.distance_box_iou(boxes1, boxes2, eps, defined_degenerate=defined_degenerate)
 
 
 def complete_box_iou(boxes1: Tensor, boxes2: Tensor, eps: float = 1e-7, *, defined_degenerate: bool = False) -> Tensor:
-    """Complete IoU of every pair of (x1, y1, x2, y2) boxes: distance IoU minus the aspect-ratio term
-    alpha * v.
-
-    Args:
-        boxes1 (Tensor[..., N, 4]): first set of boxes.
-        boxes2 (Tensor[..., M, 4]): second set of boxes.
-        eps (float): added to the squared diagonal (and CIoU's denominator). Default: 1e-7
-        defined_degenerate (bool): DetOps' values for degenerate boxes instead of torchvision's. Default: False
-
-    Returns:
-        Tensor[..., N, M]
-    """
     return torch.ops.detops.complete_box_iou(boxes1, boxes2, eps, defined_degenerate=defined_degenerate)
+
+
+generalized_box_iou.__doc__ = _pairwise_doc(
+    "Generalized IoU of every pair of (x1, y1, x2, y2) boxes: IoU - (C - U) / C, C the area of the\n"
+    "    smallest box enclosing both, U their union.", eps=False)
+distance_box_iou.__doc__ = _pairwise_doc(
+    "Distance IoU of every pair of (x1, y1, x2, y2) boxes: IoU - d^2 / (c^2 + eps), d the distance of the\n"
+    "    centres, c the diagonal of the enclosing box.", eps=True)
+complete_box_iou.__doc__ = _pairwise_doc(
+    "Complete IoU of every pair of (x1, y1, x2, y2) boxes: distance IoU minus the aspect-ratio term\n"
+    "    alpha * v.", eps=True)
 
 
 _LOSS_DOC = """
