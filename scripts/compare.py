@@ -154,6 +154,10 @@ def load_record(path):
         raise RecordError(f"cannot read {path}: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise RecordError(f"{path} is not JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise RecordError(f"{path} is not JSON: not UTF-8 text (byte {e.start})") from None
+    except RecursionError:
+        raise RecordError(f"{path}: JSON nested too deeply to read") from None
     if not isinstance(rec, dict) or not isinstance(rec.get("benchmarks"), list) or not isinstance(rec.get("context"), dict):
         raise RecordError(f"{path} is not a benchmark record: expected an object with 'context' and 'benchmarks'")
     return rec
@@ -240,16 +244,41 @@ def _builtin_errors(schema, node, value, path, errors):
             _builtin_errors(schema, node["then"], value, path, errors)
 
 
+def _plain_record_errors(rec):
+    """What compare and report read of a plain Google Benchmark record, checked: its entries are objects with a
+    string name, and an iteration entry has a known time_unit and a finite, non-negative real_time."""
+    errors = []
+    for i, e in enumerate(rec["benchmarks"]):
+        if not isinstance(e, dict):
+            errors.append(f"benchmarks/{i}: expected an object")
+            continue
+        name = e.get("run_name") or e.get("name")
+        if not isinstance(name, str):
+            errors.append(f"benchmarks/{i}: expected a string run_name or name")
+        for k in ("run_type", "aggregate_name", "time_unit", "error_message"):
+            if k in e and not isinstance(e[k], str):
+                errors.append(f"benchmarks/{i}/{k}: expected a string")
+        if e.get("run_type", "iteration") == "iteration" and not e.get("error_occurred"):
+            v = e.get("real_time")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                errors.append(f"benchmarks/{i}/real_time: expected a finite number >= 0, got {v!r}")
+            if e.get("time_unit", "ns") not in TIME_UNIT_TO_MS:
+                errors.append(f"benchmarks/{i}/time_unit: expected one of {sorted(TIME_UNIT_TO_MS)}")
+    return errors
+
+
 def validate_record(rec, schema_path=SCHEMA_PATH, use_jsonschema=True):
     """Validates a DetOps record against docs/record.schema.json.
 
     Returns (status, errors): status is "valid", "invalid" or "not a DetOps record" (plain Google Benchmark
-    JSON, nothing to validate against); errors lists "<json path>: <message>" for an invalid record. The
-    jsonschema package validates when it is installed (and use_jsonschema); otherwise the built-in validator
-    of the schema's keywords does, so a record is never read unvalidated.
+    JSON: no schema, but the fields compare reads are checked, and a plain record without them is "invalid");
+    errors lists "<json path>: <message>" for an invalid record. The jsonschema package validates when it is
+    installed (and use_jsonschema); otherwise the built-in validator of the schema's keywords does, so a record
+    is never read unvalidated.
     """
     if not is_detops_record(rec):
-        return "not a DetOps record", []
+        errors = _plain_record_errors(rec)
+        return ("invalid" if errors else "not a DetOps record"), errors
     with open(schema_path) as f:
         schema = json.load(f)
     try:

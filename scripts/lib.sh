@@ -91,6 +91,10 @@ detops_setup() {
   # tools and their tests say "skipped: jsonschema not installed".
   "$DETOPS_PYTHON" -c 'import jsonschema' 2>/dev/null || "$DETOPS_PYTHON" -m pip install -q --disable-pip-version-check --retries 1 --timeout 10 jsonschema >/dev/null 2>&1 ||
     detops_log "jsonschema unavailable for $DETOPS_PYTHON: record schema validation will be skipped"
+  # atheris (libFuzzer for Python) fuzzes the record readers in suites/python/test_fuzz_records.py; without it
+  # (no network, no wheel for this Python) that test says "skipped: atheris not installed".
+  "$DETOPS_PYTHON" -c 'import atheris' 2>/dev/null || "$DETOPS_PYTHON" -m pip install -q --disable-pip-version-check --retries 1 --timeout 10 atheris >/dev/null 2>&1 ||
+    detops_log "atheris unavailable for $DETOPS_PYTHON: the record readers' fuzz test will be skipped"
   export DETOPS_PYTHON
   detops_log "python: $DETOPS_PYTHON (torch $(_detops_torch_report "$DETOPS_PYTHON"))"
 }

@@ -316,6 +316,43 @@ def test_plain_google_benchmark_records_use_iteration_entries(tmp_path):
     assert "the baseline record has no correctness results" in res["correctness"]["notes"]
 
 
+def plain(rec):
+    """The record as plain Google Benchmark JSON: no DetOps context, iteration entries only."""
+    del rec["context"]["detops_schema_version"], rec["context"]["detops"], rec["correctness"]
+    rec["benchmarks"] = [e for e in rec["benchmarks"] if e["run_type"] == "iteration"]
+    for e in rec["benchmarks"]:
+        e.pop("detops", None)
+    return rec
+
+
+@pytest.mark.parametrize("breakage,words", [
+    (lambda r: r["benchmarks"][0].pop("real_time"), "benchmarks/0/real_time: expected a finite number >= 0"),
+    (lambda r: r["benchmarks"][0].__setitem__("real_time", "fast"), "benchmarks/0/real_time"),
+    (lambda r: r["benchmarks"][0].__setitem__("real_time", -1.0), "benchmarks/0/real_time"),
+    (lambda r: r["benchmarks"][0].__setitem__("time_unit", "fortnight"), "benchmarks/0/time_unit"),
+    (lambda r: r["benchmarks"].__setitem__(0, 7), "benchmarks/0: expected an object"),
+    (lambda r: [e.pop("run_name") and e.__setitem__("name", 3) for e in r["benchmarks"][:1]], "benchmarks/0: expected a string"),
+])
+def test_a_broken_plain_record_is_refused_in_words_not_a_traceback(tmp_path, capsys, breakage, words):
+    """Found by suites/fuzz/fuzz_records.py: a plain Google Benchmark record (no schema) whose entry lacks
+    real_time made compare die with a KeyError. The fields compare reads of such a record are now checked."""
+    cand = plain(sr.make_record(BENCH, seed=2))
+    breakage(cand)
+    b, c = write_pair(tmp_path, plain(sr.make_record(BENCH, seed=1)), cand)
+    assert compare.main([str(b), str(c)]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert str(c) in err and words in err and "Traceback" not in err
+
+
+def test_a_record_that_is_not_utf8_is_refused_in_one_line(tmp_path, capsys):
+    """Found by suites/fuzz/fuzz_records.py: bytes that are not UTF-8 raised UnicodeDecodeError."""
+    b, c = write_pair(tmp_path, sr.make_record(BENCH, seed=1), sr.make_record(BENCH, seed=2))
+    c.write_bytes(c.read_bytes()[:100] + b"\xc9\xff" + c.read_bytes()[100:])
+    assert compare.main([str(b), str(c)]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("compare: error:") and str(c) in err and "not UTF-8" in err and len(err.splitlines()) == 1
+
+
 def test_benchmarks_missing_from_one_side_are_listed(tmp_path, capsys):
     code, res = run(tmp_path, sr.make_record(BENCH, seed=1), sr.make_record(BENCH[:2], seed=2))
     assert code == compare.EXIT_OK
