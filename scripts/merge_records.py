@@ -135,11 +135,10 @@ def merge(paths, replace=False):
     benchmarks, counts = merge_benchmarks(paths, recs, replace)
     out = {"context": json.loads(json.dumps(recs[0]["context"])), "benchmarks": benchmarks}
     d = out["context"]["detops"]
-    d["complete"] = all(compare.provenance(r)["complete"] is not False for r in recs)
-    d["merged_from"] = [{"file": os.path.basename(p), "run_id": compare.provenance(r)["run_id"],
-                         "date": compare.provenance(r)["date"], "host": compare.provenance(r)["host"],
-                         "gpu_uuid": compare.provenance(r)["gpu"].get("uuid"), "benchmarks": counts[p]}
-                        for p, r in zip(paths, recs)]
+    provs = [compare.provenance(r) for r in recs]
+    d["complete"] = all(pv["complete"] is not False for pv in provs)
+    d["merged_from"] = [{"file": os.path.basename(p), "run_id": pv["run_id"], "date": pv["date"], "host": pv["host"],
+                         "gpu_uuid": pv["gpu"].get("uuid"), "benchmarks": counts[p]} for p, pv in zip(paths, provs)]
     correctness = merge_correctness(paths, recs, replace)
     if correctness is not None:
         out["correctness"] = correctness

@@ -37,6 +37,17 @@ def raised(fn, *args, **kwargs):
     return None
 
 
+def assert_gradients_match(truth, truth_inputs, ours, our_inputs):
+    """The gradients of ours (on its device) and of torchvision's autograd for one seeded upstream gradient:
+    each input's gradient has that input's shape and torchvision's values."""
+    g = torch.rand(truth.shape, dtype=truth.dtype, generator=torch.Generator().manual_seed(9))
+    expected = torch.autograd.grad(truth, truth_inputs, g)
+    got = torch.autograd.grad(ours, our_inputs, g.to(ours.device))
+    for x, e, o in zip(truth_inputs, expected, got):
+        assert o.shape == x.shape
+        torch.testing.assert_close(o.cpu(), e, atol=1e-10, rtol=1e-8)
+
+
 def assert_same_exception_type(tv_fn, ours_fn, *args, what=""):
     expected = raised(tv_fn, *args)
     assert expected is not None, f"{what}: torchvision accepts this input; the case is wrong"
@@ -112,12 +123,7 @@ def test_pairwise_batched_shapes(device, op, shapes):
     assert ours.shape == truth.shape
     torch.testing.assert_close(ours.detach().cpu(), truth.detach(), atol=1e-10, rtol=1e-10)
     # Gradients (torchvision's are plain autograd): each summed back to its own box tensor's shape.
-    g = torch.rand(truth.shape, dtype=truth.dtype, generator=torch.Generator().manual_seed(9))
-    tga, tgb = torch.autograd.grad(truth, (a, b), g)
-    oga, ogb = torch.autograd.grad(ours, (ad, bd), g.to(device))
-    assert oga.shape == a.shape and ogb.shape == b.shape
-    torch.testing.assert_close(oga.cpu(), tga, atol=1e-10, rtol=1e-8)
-    torch.testing.assert_close(ogb.cpu(), tgb, atol=1e-10, rtol=1e-8)
+    assert_gradients_match(truth, (a, b), ours, (ad, bd))
     a, b = a.detach(), b.detach()
     assert getattr(detops, op)(a.to("meta"), b.to("meta")).shape == truth.shape
     # float32 with strides: a transposed view of the batch dimensions
@@ -161,12 +167,7 @@ def test_loss_shapes_and_gradients(device, op, reduction, shapes):
     torch.testing.assert_close(ours.detach().cpu(), truth.detach(), atol=1e-10, rtol=1e-10)
     if truth.numel() == 0 or truth.grad_fn is None:
         return
-    g = torch.rand(truth.shape, dtype=truth.dtype, generator=torch.Generator().manual_seed(9))
-    tga, tgb = torch.autograd.grad(truth, (a, b), g)
-    oga, ogb = torch.autograd.grad(ours, (ad, bd), g.to(device))
-    assert oga.shape == a.shape and ogb.shape == b.shape
-    torch.testing.assert_close(oga.cpu(), tga, atol=1e-10, rtol=1e-8)
-    torch.testing.assert_close(ogb.cpu(), tgb, atol=1e-10, rtol=1e-8)
+    assert_gradients_match(truth, (a, b), ours, (ad, bd))
 
 
 @pytest.mark.parametrize("device", DEVICES)
