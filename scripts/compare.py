@@ -934,7 +934,8 @@ def render_peers(peers):
             err = format(r["max_abs_error"], ".3g")
         else:
             err = r.get("check") or "-"
-        line = (f"| {r['op']} | {r['case']} | {r['dtype']} | {r['direction']} | {_fmt_opt(r.get('torchvision_ms'), '#.4g')} | "
+        op = r["op"] + (f" (vs {r['peer']})" if r.get("peer_kind") == "plain PyTorch" else "")  # mmcv's ops
+        line = (f"| {op} | {r['case']} | {r['dtype']} | {r['direction']} | {_fmt_opt(r.get('torchvision_ms'), '#.4g')} | "
                 f"{_fmt_opt(r.get('detops_ms'), '#.4g')} | {_fmt_opt(r.get('speedup'), '.2f')}{'x' if r.get('speedup') is not None else ''} |")
         if with_base:
             b = r.get("baseline_speedup")
@@ -943,7 +944,8 @@ def render_peers(peers):
                   else r.get("torchvision_check") or "-")
         out.append(line + f" {err} | {tv_err} |")
     out.append("")
-    out.append("torchvision none: torchvision has no kernel for that dtype on CUDA. Informational: peer timings never gate.")
+    out.append("torchvision none: torchvision has no kernel for that dtype on CUDA. An op marked (vs plain PyTorch: ...) is "
+               "compared with that plain-PyTorch form, in the torchvision columns. Informational: peer timings never gate.")
     out.append("")
     return out
 

@@ -1,6 +1,12 @@
 #!/usr/bin/env python3
-"""Times each DetOps op and its torchvision counterpart (suites/peer/pairs.py) on the same CUDA inputs in the
-same process, and writes the "peers" array of a run record. See docs/peers.md.
+"""Times each DetOps op and its peer (suites/peer/pairs.py: torchvision's op, or for mmcv's ops the plain-PyTorch
+form a user would write) on the same CUDA inputs in the same process, and writes the "peers" array of a run
+record. See docs/peers.md.
+
+Floors: deform_conv2d's row also times the dense cuDNN convolution of the same shape ("floor": DetOps ms / floor
+ms); the memory-bound rows (pairs.Pair.dram_reads: the focal losses, carafe, masked_conv2d) get a DRAM floor, the
+bytes a call must move over the peak DRAM bandwidth ("dram": floor ms / DetOps ms, the fraction of the floor
+reached). The peak comes from the device properties (memory clock x bus width x 2), else from a table by name.
 
 Timer: torch.profiler (Kineto, on CUPTI). Per sample: a flush kernel over a buffer of twice the L2 size (outside
 any measured range), then one call inside torch.profiler.record_function; the sample is the sum of the device
@@ -8,7 +14,8 @@ durations of the kernels launched inside that range (by any thread: backward run
 thread). Warm-up calls first; the median over the samples is reported.
 
 Usage: peer_bench.py [--record run/record.json] [--samples 30] [--ops roi_align,nms] [--json-out peers.json]
-Without CUDA (or torchvision) it says so and exits 0.
+Without CUDA (or torchvision) it says so and exits 0. Pairs whose DetOps op is missing (being written) are skipped
+and listed.
 """
 import argparse
 import json
@@ -24,6 +31,30 @@ sys.path.insert(0, str(ROOT / "suites"))
 
 TIMER = "torch.profiler (Kineto/CUPTI)"
 RANGE = "detops_peer_sample"
+
+# Peak DRAM bandwidth (bytes/s) by GPU name, where the device properties give no memory clock or bus width: the
+# vendors' figures; the first key the name contains wins (so "H100 PCIe" before "H100").
+PEAK_BY_NAME = [("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100 NVL", 3.9e12), ("H100", 3.35e12),
+                ("A100-SXM4-80GB", 2.039e12), ("A100 80GB PCIe", 1.935e12), ("A100", 1.555e12)]
+
+
+def peak_bandwidth(name, memory_clock_khz, bus_width_bits):
+    """(bytes/s, how it was found): memory clock x bus width x 2 (double data rate) when the device reports both,
+    else PEAK_BY_NAME, else (None, why)."""
+    if memory_clock_khz and bus_width_bits:
+        bw = 2.0 * memory_clock_khz * 1e3 * bus_width_bits / 8
+        return bw, (f"device properties: {memory_clock_khz / 1e3:.0f} MHz memory clock x {bus_width_bits}-bit bus x 2 "
+                    f"= {bw / 1e12:.3g} TB/s")
+    for key, bw in PEAK_BY_NAME:
+        if key in name:
+            return bw, f"table by GPU name ({name}: {bw / 1e12:g} TB/s; the device reports no memory clock/bus width)"
+    return None, f"unknown: {name} reports no memory clock/bus width and is not in peer_bench.PEAK_BY_NAME"
+
+
+def device_peak(torch):
+    props = torch.cuda.get_device_properties(0)
+    return peak_bandwidth(props.name, int(getattr(props, "memory_clock_rate", 0) or 0),
+                          int(getattr(props, "memory_bus_width", 0) or 0))
 
 
 def kernel_sample_times(prof, n):
@@ -130,13 +161,20 @@ def main(argv=None):
 
     pairs.load_library(args.library)
     wanted = set(args.ops.split(",")) if args.ops else None
+    peak = device_peak(torch)
+    print(f"peer_bench: peak DRAM bandwidth: {peak[1]}", file=sys.stderr)
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 0) or 0) or 64 << 20
     flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
     t_start = time.time()
-    entries = []
+    entries, skipped = [], []
     for pair in pairs.PAIRS:
         if wanted and pair.op not in wanted:
+            continue
+        missing = pairs.pair_missing(pair)
+        if missing:
+            skipped.append(f"{pair.op} ({missing})")
+            print(f"peer_bench: {pair.op}: {missing}", file=sys.stderr)
             continue
         for case in (c for c in pair.cases if c.kind == "model"):
             base = pair.make(case.params, case.seed)
@@ -146,15 +184,18 @@ def main(argv=None):
                     if time.time() - t_start > args.max_total_s:
                         entries.append(not_run_entry(pair, case, dtype, direction, args.max_total_s))
                         continue
-                    entries.append(run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush))
+                    entries.append(run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush,
+                                           peak=peak))
                     e = entries[-1]
-                    print(f"peer_bench: {e['op']}/{e['case']}/{e['dtype']}/{e['direction']}: torchvision "
+                    print(f"peer_bench: {e['op']}/{e['case']}/{e['dtype']}/{e['direction']}: peer "
                           f"{fmt(e['torchvision_ms'])} ms, DetOps {fmt(e['detops_ms'])} ms", file=sys.stderr, flush=True)
             del base
             torch.cuda.empty_cache()
     print(markdown_table(entries))
     print(f"\n{len(entries)} entries in {time.time() - t_start:.0f} s; timer: {TIMER}, cold L2 "
-          f"({2 * l2 >> 20} MiB flush), median of >= {args.samples} samples per side")
+          f"({2 * l2 >> 20} MiB flush), median of >= {args.samples} samples per side; peak DRAM bandwidth: {peak[1]}")
+    if skipped:
+        print("skipped: " + "; ".join(skipped))
     if args.json_out:
         write_atomic(args.json_out, {"peers": entries})
     if args.record:
@@ -164,15 +205,20 @@ def main(argv=None):
     return 0
 
 
-def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush, device="cuda", timer=None):
+def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush, device="cuda", timer=None,
+            peak=(None, "not measured")):
     """One peers entry. device and timer exist for the CPU test of this function (suites/peer/test_peer_bench.py);
-    the runner always uses CUDA and measure()."""
+    the runner always uses CUDA and measure(). peak: (bytes/s or None, its source), for the DRAM floor.
+    The torchvision_* fields hold the peer's values whatever the peer is ("peer" names it)."""
     timer = timer or measure
     name = pairs.DTYPE_NAME[dtype]
     entry = {"op": pair.op, "case": case.name, "shape": case.params.get("shape", ""), "dtype": name,
-             "direction": direction, "detops_ms": None, "torchvision_ms": None, "speedup": None,
+             "direction": direction, "peer": pair.torchvision, "peer_kind": pair.peer_kind, "detops_ms": None,
+             "torchvision_ms": None, "speedup": None,
              "max_abs_error": None, "torchvision_max_abs_error": None, "tolerance": None,
              "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER, "truth": pair.truth_note}
+    if pair.floor:
+        entry["floor"] = {"name": pair.floor_name, "ms": None, "samples": 0, "detops_over_floor": None}
     try:
         inp = pairs.cast_inputs(pair, base, dtype, device)
         tin = pairs.as_truth_inputs(pair, inp, pair.truth_dtype(dtype))
@@ -194,38 +240,54 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
             fns = {"detops": lambda: pair.detops(inp)}
             if not missing:
                 fns["torchvision"] = lambda: pair.tv(inp)
+            if pair.floor:
+                fns["floor"] = lambda: pair.floor(inp)
         else:
             g = torch.Generator().manual_seed(case.seed + 7)
-            ins = {side: dict(inp) for side in ("detops", "torchvision")}
+            keys = pairs.grad_keys(pair, inp)
+            ins = {side: dict(inp) for side in ("detops", "torchvision") + (("floor",) if pair.floor else ())}
             for side in ins:
-                for k in pair.grad_keys:
+                for k in keys:
                     ins[side][k] = inp[k].detach().clone().requires_grad_()
-            for k in pair.grad_keys:
+            for k in keys:
                 tin[k] = tin[k].detach().requires_grad_()
             ours = pair.detops(ins["detops"])
             grad_out = torch.randn(ours.shape, generator=g, dtype=torch.float64)
             truth_out = pair.tv(tin)
             # The error: gradients of out.sum() (a grad_output of ones, exact in every dtype), as suites/peer
             # checks them, so the pair's tolerance applies. The timing: a seeded normal grad_output.
-            g_truth = torch.autograd.grad(truth_out.sum(), [tin[k] for k in pair.grad_keys])
-            g_ours = torch.autograd.grad(ours.sum(), [ins["detops"][k] for k in pair.grad_keys], retain_graph=True)
+            g_truth = torch.autograd.grad(truth_out.sum(), [tin[k] for k in keys])
+            g_ours = torch.autograd.grad(ours.sum(), [ins["detops"][k] for k in keys], retain_graph=True)
             entry["max_abs_error"] = max(pairs.max_abs_error(a, b) for a, b in zip(g_ours, g_truth))
             entry["grad_output"] = "timed with a seeded normal grad_output; error from the gradients of out.sum()"
-            fns = {"detops": backward_fn(torch, pair, ins["detops"], ours, grad_out)}
+            fns = {"detops": backward_fn(torch, keys, ins["detops"], ours, grad_out)}
             if not missing:
                 theirs = pair.tv(ins["torchvision"])
                 if pair.truth_dtype(dtype) != dtype:
-                    g_theirs = torch.autograd.grad(theirs.sum(), [ins["torchvision"][k] for k in pair.grad_keys],
+                    g_theirs = torch.autograd.grad(theirs.sum(), [ins["torchvision"][k] for k in keys],
                                                    retain_graph=True)
                     entry["torchvision_max_abs_error"] = max(pairs.max_abs_error(a, b) for a, b in zip(g_theirs, g_truth))
-                fns["torchvision"] = backward_fn(torch, pair, ins["torchvision"], theirs, grad_out)
+                fns["torchvision"] = backward_fn(torch, keys, ins["torchvision"], theirs, grad_out)
+            if pair.floor:
+                floor_out = pair.floor(ins["floor"])
+                fns["floor"] = backward_fn(torch, pair.floor_grad_keys, ins["floor"], floor_out,
+                                           grad_out.reshape(floor_out.shape))
+        if pair.dram_reads:
+            entry["dram"] = dram_floor(torch, pair, inp, ours, direction, peak)
         for side, fn in fns.items():
             n = choose_samples(torch, fn, args.samples, args.budget_s, device)
             med, _ = timer(torch, fn, n, args.warmup, flush)
-            entry[f"{side}_ms"] = med
-            entry["samples"][side] = n
+            if side == "floor":
+                entry["floor"].update(ms=med, samples=n)
+            else:
+                entry[f"{side}_ms"] = med
+                entry["samples"][side] = n
         if entry["torchvision_ms"] is not None and entry["detops_ms"]:
             entry["speedup"] = entry["torchvision_ms"] / entry["detops_ms"]
+        if pair.floor and entry["floor"]["ms"] and entry["detops_ms"]:
+            entry["floor"]["detops_over_floor"] = entry["detops_ms"] / entry["floor"]["ms"]
+        if "dram" in entry and entry["dram"]["floor_ms"] is not None and entry["detops_ms"]:
+            entry["dram"]["fraction_of_floor"] = entry["dram"]["floor_ms"] / entry["detops_ms"]
     except Exception as e:  # one failing pair must not lose the others
         entry["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     err = entry["max_abs_error"]
@@ -243,15 +305,33 @@ def not_run_entry(pair, case, dtype, direction, budget):
     from peer import pairs
 
     return {"op": pair.op, "case": case.name, "shape": case.params.get("shape", ""), "dtype": pairs.DTYPE_NAME[dtype],
-            "direction": direction, "detops_ms": None, "torchvision_ms": None, "speedup": None, "max_abs_error": None,
+            "direction": direction, "peer": pair.torchvision, "peer_kind": pair.peer_kind, "detops_ms": None,
+            "torchvision_ms": None, "speedup": None, "max_abs_error": None,
             "torchvision_max_abs_error": None, "tolerance": None, "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER,
             "error": f"not run: the runner's time budget (--max-total-s {budget:g}) was spent"}
 
 
-def backward_fn(torch, pair, inp, out, grad_out):
-    inputs = [inp[k] for k in pair.grad_keys]
+def backward_fn(torch, keys, inp, out, grad_out):
+    inputs = [inp[k] for k in keys]
     go = grad_out.to(out.device, out.dtype)
     return lambda: torch.autograd.grad(out, inputs, go, retain_graph=True)
+
+
+def dram_floor(torch, pair, inp, out, direction, peak):
+    """The DRAM floor of one call: every input of pair.dram_reads read once and the output written once (forward);
+    backward: those inputs and grad_output read once, each gradient of grad_keys written once. Over the peak
+    bandwidth; fraction_of_floor (floor ms / DetOps ms) is filled in once DetOps is timed."""
+    from peer import pairs
+
+    def nbytes(t):
+        return t.numel() * t.element_size()
+
+    total = sum(nbytes(inp[k]) for k in pair.dram_reads if torch.is_tensor(inp.get(k))) + nbytes(out)
+    if direction == "bwd":
+        total += sum(nbytes(inp[k]) for k in pairs.grad_keys(pair, inp))
+    bw, source = peak
+    return {"bytes": int(total), "peak_bytes_per_second": bw, "peak_source": source,
+            "floor_ms": total / bw * 1e3 if bw else None, "fraction_of_floor": None}
 
 
 def nms_check(torch, nms_checks, pair, inp, ours, truth, dtype):
@@ -277,10 +357,20 @@ def fmt(v, digits=4):
     return f"{v:.{digits}g}"
 
 
+def floor_cell(e):
+    """deform_conv2d: DetOps ms over the dense convolution's; memory-bound rows: the fraction of the DRAM floor."""
+    fl, dram = e.get("floor"), e.get("dram")
+    if fl and fl.get("detops_over_floor"):
+        return f"{fl['detops_over_floor']:.2f}x {fl['name']} ({fmt(fl['ms'])} ms)"
+    if dram and dram.get("fraction_of_floor"):
+        return f"{dram['fraction_of_floor']:.0%} of DRAM floor ({fmt(dram['floor_ms'])} ms)"
+    return "-"
+
+
 def markdown_table(entries):
-    lines = ["| op | case | dtype | direction | torchvision ms | DetOps ms | speed-up | max error | "
-             "torchvision's max error |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| op | peer | case | dtype | direction | peer ms | DetOps ms | speed-up | floor | max error | "
+             "peer's max error |",
+             "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for e in entries:
         err = fmt(e.get("max_abs_error"), 3) if e.get("max_abs_error") is not None else (e.get("check") or "-")
         if e.get("error"):
@@ -288,8 +378,8 @@ def markdown_table(entries):
         tv_err = (fmt(e["torchvision_max_abs_error"], 3) if e.get("torchvision_max_abs_error") is not None
                   else e.get("torchvision_check") or "-")
         sp = f"{e['speedup']:.2f}x" if e.get("speedup") else "-"
-        lines.append(f"| {e['op']} | {e['case']} | {e['dtype']} | {e['direction']} | {fmt(e['torchvision_ms'])} | "
-                     f"{fmt(e['detops_ms'])} | {sp} | {err} | {tv_err} |")
+        lines.append(f"| {e['op']} | {e.get('peer', 'torchvision')} | {e['case']} | {e['dtype']} | {e['direction']} | "
+                     f"{fmt(e['torchvision_ms'])} | {fmt(e['detops_ms'])} | {sp} | {floor_cell(e)} | {err} | {tv_err} |")
     return "\n".join(lines)
 
 

@@ -470,7 +470,8 @@ def peers_section(record):
         tv = ms(e.get("torchvision_ms"))
         if e.get("torchvision_ms") is None and e.get("torchvision_note"):
             tv = f"<span title='{esc(e['torchvision_note'])}'>none</span>"
-        trs.append(f"<tr><td>{esc(e['op'])}</td><td>{esc(e['case'])}<div class='shape'>{esc(e.get('shape', ''))}</div></td>"
+        peer = f"<div class='shape'>vs {esc(e['peer'])}</div>" if e.get("peer_kind") == "plain PyTorch" else ""
+        trs.append(f"<tr><td>{esc(e['op'])}{peer}</td><td>{esc(e['case'])}<div class='shape'>{esc(e.get('shape', ''))}</div></td>"
                    f"<td>{esc(e['dtype'])}</td><td>{esc(e['direction'])}</td><td class='num'>{tv}</td>"
                    f"<td class='num'>{ms(e.get('detops_ms'))}</td><td class='num'>{sp}</td><td class='num'>{err}</td>"
                    f"<td class='num'>{tv_err}</td></tr>")
@@ -479,7 +480,8 @@ def peers_section(record):
             f"same CUDA inputs ({timer}; cold L2, median kernel time per call). Speed-up = torchvision ms / DetOps ms; "
             f"none: torchvision has no kernel for that dtype. Max error: DetOps against the truth; torchvision's: "
             f"torchvision in the dtype under test against the same truth, where that truth is in another dtype "
-            f"(docs/peers.md).</p>"
+            f"(docs/peers.md). An op marked 'vs plain PyTorch: ...' (mmcv's ops) is compared with that plain-PyTorch "
+            f"form, in the torchvision columns.</p>"
             f"{speedup_chart(entries)}<div class='scroll'><table id='peer-table'><tr><th>op</th><th>case</th><th>dtype</th>"
             f"<th>dir</th><th class='num'>torchvision ms</th><th class='num'>DetOps ms</th><th class='num'>speed-up</th>"
             f"<th class='num'>max error</th><th class='num'>torchvision's max error</th></tr>{''.join(trs)}</table></div>"

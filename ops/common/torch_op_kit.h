@@ -329,15 +329,18 @@ variable_list to_list(R&& r) {
   }
 }
 
+template <typename R, std::size_t... I>
+R tuple_from_list(const variable_list& v, std::index_sequence<I...>) {
+  return R{v[I]...};
+}
+// R: at::Tensor, or a std::tuple of them (v's first elements, in order).
 template <typename R>
-R from_list(const variable_list& v);
+R from_list(const variable_list& v) {
+  return tuple_from_list<R>(v, std::make_index_sequence<std::tuple_size_v<R>>{});
+}
 template <>
 inline at::Tensor from_list<at::Tensor>(const variable_list& v) {
   return v[0];
-}
-template <>
-inline std::tuple<at::Tensor, at::Tensor> from_list<std::tuple<at::Tensor, at::Tensor>>(const variable_list& v) {
-  return {v[0], v[1]};
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -366,6 +369,9 @@ struct Saved {
   P params;            // the forward's Params
   Shape input_shape;   // the first input's shape
   AutogradContext* ctx;
+  // Whether the forward's input `input` needs its gradient. `input` counts the tensors the autograd function
+  // received: an undefined optional tensor (None for a Tensor? argument) is not one of them, so the indices
+  // of the tensors after it shift down by one.
   bool needs_grad(std::size_t input) const { return ctx->needs_input_grad(input); }
 };
 

@@ -1,5 +1,7 @@
 """scripts/peer_bench.py off the GPU: every pair's entry built on the CPU with a wall-clock stand-in for the
-profiler timer (the CUDA timing itself needs a GPU), checked against the record schema; the no-GPU exit."""
+profiler timer (the CUDA timing itself needs a GPU), checked against the record schema; the floors (dense
+convolution, DRAM); the no-GPU exit."""
+import dataclasses
 import importlib.util
 import json
 import math
@@ -19,6 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "suites" / "python"))
 import compare  # noqa: E402
+import report  # noqa: E402
 import synthetic_records as sr  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("peer_bench", ROOT / "scripts" / "peer_bench.py")
@@ -28,6 +31,9 @@ _spec.loader.exec_module(peer_bench)
 
 class Args:
     samples, warmup, budget_s = 3, 1, 0.0
+
+
+PEAK = (1e11, "test: 100 GB/s")
 
 
 def wall_timer(torch_, fn, n, warmup, flush):
@@ -44,12 +50,14 @@ def wall_timer(torch_, fn, n, warmup, flush):
 def cpu_entries():
     out = []
     for pair in pairs.PAIRS:
+        if pairs.pair_missing(pair):
+            continue  # an op being written (test_peer.py reports the skip)
         case = next(c for c in pair.cases if c.kind == "random")
         base = pair.make(case.cpu_params, case.seed)
         for dtype in pairs.ALL_DTYPES:
             for direction in ["fwd"] + (["bwd"] if pair.grad_keys else []):
                 e = peer_bench.run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, Args, None,
-                                       device="cpu", timer=wall_timer)
+                                       device="cpu", timer=wall_timer, peak=PEAK)
                 out.append((pair, dtype, e))
     return out
 
@@ -60,6 +68,8 @@ def test_entries_on_the_cpu_are_complete_and_schema_valid():
         where = f"{e['op']}/{e['case']}/{e['dtype']}/{e['direction']}"
         assert "error" not in e, f"{where}: {e.get('error')}"
         assert e["detops_ms"] > 0 and e["samples"]["detops"] >= Args.samples, where
+        assert e["peer"] == pair.torchvision and e["peer_kind"] == pair.peer_kind, where
+        assert_dram_floor(pair, e, where)
         missing = pairs.torchvision_kernel_missing(pair, dtype, "cpu")
         if missing:
             assert e["torchvision_ms"] is None and e["speedup"] is None and e["torchvision_note"] == missing, where
@@ -83,10 +93,79 @@ def test_entries_on_the_cpu_are_complete_and_schema_valid():
     rec["peers"] = [e for _, _, e in entries]
     json.dumps(rec, allow_nan=False)
     table = peer_bench.markdown_table(rec["peers"])
-    assert table.splitlines()[0] == ("| op | case | dtype | direction | torchvision ms | DetOps ms | speed-up | max error | "
-                                     "torchvision's max error |")
+    assert table.splitlines()[0] == ("| op | peer | case | dtype | direction | peer ms | DetOps ms | speed-up | floor | "
+                                     "max error | peer's max error |")
     assert len(table.splitlines()) == 2 + len(entries)
+    assert "| masked_conv2d | plain PyTorch: conv2d then mask |" in table
+    assert "of DRAM floor" in table
+    # compare's and report's peer tables name a plain peer beside the op (torchvision's rows stay as they were).
+    shown = "\n".join(compare.render_peers(compare.compare_peers({}, rec)))
+    assert "| masked_conv2d (vs plain PyTorch: conv2d then mask) |" in shown and "| roi_align | " in shown
+    html = report.peers_section(rec)
+    assert "vs plain PyTorch: conv2d then mask" in html and "vs torchvision" not in html
     assert_schema_valid(rec)
+
+
+def assert_dram_floor(pair, e, where):
+    """Memory-bound rows: the bytes of pair.dram_reads read once, the output (forward) or grad_output and the
+    gradients (backward) once, over the peak; the fraction of that floor DetOps reached."""
+    if not pair.dram_reads:
+        assert "dram" not in e, where
+        return
+    case = next(c for c in pair.cases if c.kind == "random")
+    dtype = {name: d for d, name in pairs.DTYPE_NAME.items()}[e["dtype"]]
+    inp = pairs.cast_inputs(pair, pair.make(case.cpu_params, case.seed), dtype, "cpu")
+    size = torch.empty(0, dtype=dtype).element_size()
+    out = pair.detops(inp)
+    expect = sum(inp[k].numel() * inp[k].element_size() for k in pair.dram_reads if torch.is_tensor(inp.get(k)))
+    expect += out.numel() * size
+    if e["direction"] == "bwd":
+        expect += sum(inp[k].numel() * size for k in pairs.grad_keys(pair, inp))
+    d = e["dram"]
+    assert d["bytes"] == expect and d["peak_bytes_per_second"] == PEAK[0] and d["peak_source"] == PEAK[1], where
+    assert d["floor_ms"] == pytest.approx(expect / PEAK[0] * 1e3), where
+    assert d["fraction_of_floor"] == pytest.approx(d["floor_ms"] / e["detops_ms"]), where
+
+
+def test_dense_floor_is_timed_beside_both_sides():
+    """deform_conv2d's floor (the dense convolution of the same shape) timed in both directions, DetOps / floor
+    reported; checked with torchvision standing in for DetOps, so it runs while DetOps's op is being written."""
+    pair = next(p for p in pairs.PAIRS if p.op == "deform_conv2d")
+    stand_in = dataclasses.replace(pair, detops=pair.tv, requires=("torch.ops.detops.roi_align",))
+    case = next(c for c in pair.cases if c.kind == "random" and c.params["mask"])
+    base = pair.make(case.cpu_params, case.seed)
+    entries = []
+    for direction in ("fwd", "bwd"):
+        e = peer_bench.run_one(torch, pairs, nms_checks, stand_in, case, base, torch.float32, direction, Args, None,
+                               device="cpu", timer=wall_timer, peak=PEAK)
+        assert "error" not in e, e.get("error")
+        fl = e["floor"]
+        assert fl["name"] == "dense conv2d (cuDNN)" and fl["ms"] > 0 and fl["samples"] >= Args.samples, e
+        assert fl["detops_over_floor"] == pytest.approx(e["detops_ms"] / fl["ms"]) and "dram" not in e
+        assert e["max_abs_error"] <= 1e-4, e  # torchvision against its own fp64 truth
+        entries.append(e)
+    assert "x dense conv2d (cuDNN) (" in peer_bench.markdown_table(entries)
+    rec = sr.make_record(sr.demo_benchmarks(), sr.demo_tests(), seed=1)
+    rec["peers"] = entries
+    broken = json.loads(json.dumps(rec))
+    broken["peers"][0]["floor"]["detops_over_floor"] = -1.0
+    status, errors = compare.validate_record(broken)
+    assert status == "invalid" or status.startswith("skipped"), status
+    if status == "invalid":
+        assert any("detops_over_floor" in e for e in errors), errors
+    assert_schema_valid(rec)
+
+
+@pytest.mark.parametrize("name,clock,bus,bw,source", [
+    ("NVIDIA H100 80GB HBM3", 2619000, 5120, 3.352e12, "device properties"),  # the SXM part's 3.35 TB/s
+    ("NVIDIA H200", 0, 0, 4.8e12, "table by GPU name"),
+    ("NVIDIA H100 PCIe", 0, 0, 2.0e12, "table by GPU name"),
+    ("NVIDIA H100 80GB HBM3", 0, 6144, 3.35e12, "table by GPU name"),
+    ("Some GPU", 0, 0, None, "unknown"),
+])
+def test_peak_bandwidth_from_properties_else_by_name(name, clock, bus, bw, source):
+    got, why = peer_bench.peak_bandwidth(name, clock, bus)
+    assert why.startswith(source) and (got == pytest.approx(bw, rel=1e-3) if bw else got is None), (got, why)
 
 
 def assert_schema_valid(rec):

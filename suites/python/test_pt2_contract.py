@@ -238,6 +238,82 @@ def _masked_conv2d_backward_weight(dtype, device):
     return [((g, args[0], args[1], args[2], [1, 1], [1, 1]), {})]
 
 
+def _deform_conv2d(dtype, device, grad=True):
+    """DCNv2 with weight groups 2 and offset groups 2, stride 1; DCNv1 (torchvision's [N, 1] mask placeholder)
+    with stride 2. Offsets within +-2 px, some samples leaving the map."""
+    g = _gen(14)
+    x = _feature(N, C, H, W, dtype, device, grad=grad)
+    w = _feature(6, C // 2, 3, 3, dtype, device, seed=15, grad=grad)
+    b = torch.linspace(-1, 1, 6, dtype=torch.float64).to(dtype=dtype, device=device).requires_grad_(grad)
+    offset = (torch.rand(N, 36, H, W, generator=g, dtype=torch.float64) * 4 - 2).to(dtype=dtype, device=device)
+    mask = torch.sigmoid(torch.randn(N, 18, H, W, generator=g, dtype=torch.float64)).to(dtype=dtype, device=device)
+    offset_s2 = (torch.rand(N, 18, 6, 7, generator=g, dtype=torch.float64) * 4 - 2).to(dtype=dtype, device=device)
+    placeholder = torch.zeros(N, 1, dtype=dtype, device=device)
+    return [((x, w, offset.requires_grad_(grad), mask.requires_grad_(grad), b, 1, 1, 1, 1, 1, 1, 2, 2, True), {}),
+            ((x, w, offset_s2.requires_grad_(grad), placeholder, b, 2, 2, 1, 1, 1, 1, 2, 1, False), {})]
+
+
+def _deform_conv2d_backward(dtype, device):
+    out = []
+    for (args, _), (h, w) in zip(_deform_conv2d(dtype, device, grad=False), ((H, W), (6, 7))):
+        g = torch.randn(N, 6, h, w, generator=_gen(16), dtype=torch.float64).to(dtype=dtype, device=device)
+        out.append(((g,) + args, {}))
+    return out
+
+def _carafe_masks(k, g, s, dtype, device, seed):
+    """Softmax-normalised over each group's k k taps, as CARAFE's encoder makes them."""
+    logits = torch.randn(N, g, k * k, H * s, W * s, generator=_gen(seed), dtype=torch.float64)
+    return torch.softmax(logits, 2).reshape(N, g * k * k, H * s, W * s).to(dtype=dtype, device=device)
+
+
+_CARAFE_PARAMS = ((5, 2, 2), (3, 4, 1))  # (kernel_size, group_size, scale_factor)
+
+
+def _carafe(dtype, device, grad=True):
+    x = _feature(N, C, H, W, dtype, device, seed=17, grad=grad)
+    return [((x, _carafe_masks(k, g, s, dtype, device, 18 + i).requires_grad_(grad), k, g, s), {})
+            for i, (k, g, s) in enumerate(_CARAFE_PARAMS)]
+
+
+def _carafe_backward_features(dtype, device):
+    out = []
+    for (x, masks, k, g, s), _ in _carafe(dtype, device, grad=False):
+        grad = _feature(N, C, H * s, W * s, dtype, device, seed=20)
+        out.append(((grad, masks, N, C, H, W, k, g, s), {}))
+    return out
+
+
+def _carafe_backward_masks(dtype, device):
+    out = []
+    for (x, masks, k, g, s), _ in _carafe(dtype, device, grad=False):
+        grad = _feature(N, C, H * s, W * s, dtype, device, seed=21)
+        out.append(((grad, x, k, g, s), {}))
+    return out
+
+
+def _deform_roi_pool(dtype, device, grad=True, modulated=False):
+    """Offsets N(0, 0.1^2) (bins moved across the rois' and the map's borders); with and without offsets."""
+    g = _gen(22)
+    x = _feature(N, C, H, W, dtype, device, grad=grad)
+    rois = _rois(K, N, H, W, SCALE, dtype, device)
+    off = (torch.randn(K, 2, 3, 3, generator=g, dtype=torch.float64) * 0.1).to(dtype=dtype, device=device)
+    if not modulated:
+        return [((x, rois, off.requires_grad_(grad), [3, 3], SCALE, 2, 0.1), {}), ((x, rois, None, [3, 3], SCALE), {})]
+    mask = torch.rand(K, 1, 3, 3, generator=g, dtype=torch.float64).to(dtype=dtype, device=device).requires_grad_(grad)
+    return [((x, rois, off.requires_grad_(grad), mask, [3, 3], SCALE, 0, 0.2), {}),
+            ((x, rois, None, mask, [3, 3], SCALE, 2), {})]
+
+
+def _modulated_deform_roi_pool(dtype, device, grad=True):
+    return _deform_roi_pool(dtype, device, grad, modulated=True)
+
+
+def _deform_roi_pool_backward(dtype, device):
+    grad = torch.randn(K, C, 3, 3, generator=_gen(23), dtype=torch.float64).to(dtype=dtype, device=device)
+    (x, rois, off, mask, size, scale, sr, gamma), _ = _modulated_deform_roi_pool(dtype, device, grad=False)[0]
+    return [((grad, x, rois, off, mask, size, scale, sr, gamma), {}), ((grad, x, rois, None, None, size, scale, 0, 0.1), {})]
+
+
 # op name -> builder(dtype, device) -> [(args, kwargs), ...]. Forward ops take grad=: whether the
 # differentiable tensors require grad.
 FORWARD = {
@@ -247,7 +323,8 @@ FORWARD = {
     "distance_box_iou": _pairwise(True), "complete_box_iou": _pairwise(True),
     "iou_loss": _loss, "generalized_box_iou_loss": _loss, "distance_box_iou_loss": _loss,
     "complete_box_iou_loss": _loss, "sigmoid_focal_loss": _focal, "sigmoid_focal_loss_mmcv": _focal_mmcv,
-    "softmax_focal_loss": _softmax_focal, "masked_conv2d": _masked_conv2d,
+    "softmax_focal_loss": _softmax_focal, "masked_conv2d": _masked_conv2d, "deform_conv2d": _deform_conv2d,
+    "carafe": _carafe, "deform_roi_pool": _deform_roi_pool, "modulated_deform_roi_pool": _modulated_deform_roi_pool,
 }
 BACKWARD = {
     "_roi_align_backward": _roi_align_backward, "_roi_pool_backward": _roi_pool_backward,
@@ -259,6 +336,9 @@ BACKWARD = {
     "_softmax_focal_loss_backward": _softmax_focal_backward,
     "_masked_conv2d_backward_input": _masked_conv2d_backward_input,
     "_masked_conv2d_backward_weight": _masked_conv2d_backward_weight,
+    "_deform_conv2d_backward": _deform_conv2d_backward,
+    "_carafe_backward_features": _carafe_backward_features, "_carafe_backward_masks": _carafe_backward_masks,
+    "_deform_roi_pool_backward": _deform_roi_pool_backward,
 }
 SAMPLES = {**FORWARD, **BACKWARD}
 

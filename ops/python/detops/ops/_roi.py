@@ -1,6 +1,6 @@
 """RoI pooling functions and modules (torchvision.ops' roi_align, roi_pool, ps_roi_align, ps_roi_pool; mmcv's
-prroi_pool) over torch.ops.detops.*."""
-from typing import List, Union
+prroi_pool, deform_roi_pool and modulated_deform_roi_pool) over torch.ops.detops.*."""
+from typing import List, Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -152,7 +152,42 @@ def prroi_pool(input: Tensor, boxes: Union[Tensor, List[Tensor]], output_size, s
     return torch.ops.detops.prroi_pool(input, rois, spatial_scale, h, w)
 
 
-for _f in (roi_align, roi_pool, ps_roi_align, ps_roi_pool, prroi_pool):
+@torch.fx.wrap
+def deform_roi_pool(input: Tensor, rois: Union[Tensor, List[Tensor]], offset: Optional[Tensor], output_size,
+                    spatial_scale: float = 1.0, sampling_ratio: int = 0, gamma: float = 0.1) -> Tensor:
+    """Deformable RoI pooling (mmcv.ops.deform_roi_pool): RoI Align with aligned=True whose bin (i, j) of region k
+    is moved by gamma * roi_width * offset[k, 0, i, j] in x and gamma * roi_height * offset[k, 1, i, j] in y
+    (docs/ops/deform_roi_pool.md). With offset None (or zeros) it is roi_align(..., aligned=True), bit for bit.
+
+    Args:
+        input (Tensor[N, C, H, W]): the feature maps.
+        {boxes}
+        offset (Tensor[K, 2, output_size[0], output_size[1]] or None): the bins' moves in units of gamma * the
+            region's size, (x, y); the dtype and device of input (no mixed precision: TypeError).
+        output_size (int or Tuple[int, int]): bins per region, (height, width).
+        spatial_scale (float): factor from image to feature-map coordinates. Default: 1.0
+        sampling_ratio (int): samples per bin side; <= 0 chooses ceil(region size / bins) per region. Default: 0
+        gamma (float): scale of the offsets. Default: 0.1
+
+    Returns:
+        Tensor[K, C, output_size[0], output_size[1]]
+    """
+    return torch.ops.detops.deform_roi_pool(input, _rois(rois), offset, _pair(output_size), spatial_scale,
+                                            sampling_ratio, gamma)
+
+
+@torch.fx.wrap
+def modulated_deform_roi_pool(input: Tensor, rois: Union[Tensor, List[Tensor]], offset: Optional[Tensor], mask: Tensor,
+                              output_size, spatial_scale: float = 1.0, sampling_ratio: int = 0,
+                              gamma: float = 0.1) -> Tensor:
+    """deform_roi_pool(input, rois, offset, ...) * mask, mask Tensor[K, 1, output_size[0], output_size[1]] (one
+    weight per bin, broadcast over the channels): what mmcv's ModulatedDeformRoIPoolPack computes, as one op with
+    a gradient for the mask. See :func:`deform_roi_pool` for the other arguments."""
+    return torch.ops.detops.modulated_deform_roi_pool(input, _rois(rois), offset, mask, _pair(output_size),
+                                                      spatial_scale, sampling_ratio, gamma)
+
+
+for _f in (roi_align, roi_pool, ps_roi_align, ps_roi_pool, prroi_pool, deform_roi_pool):
     _f.__doc__ = _f.__doc__.replace("{boxes}", _BOXES_DOC)
 
 
@@ -236,3 +271,76 @@ class PrRoIPool(nn.Module):
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(output_size={self.output_size}, spatial_scale={self.spatial_scale})"
+
+
+class DeformRoIPool(nn.Module):
+    """See :func:`deform_roi_pool` (mmcv.ops.DeformRoIPool)."""
+
+    def __init__(self, output_size, spatial_scale: float = 1.0, sampling_ratio: int = 0, gamma: float = 0.1):
+        super().__init__()
+        self.output_size = _pair(output_size)
+        self.spatial_scale = float(spatial_scale)
+        self.sampling_ratio = int(sampling_ratio)
+        self.gamma = float(gamma)
+
+    def forward(self, input: Tensor, rois: Tensor, offset: Optional[Tensor] = None) -> Tensor:
+        return deform_roi_pool(input, rois, offset, self.output_size, self.spatial_scale, self.sampling_ratio,
+                               self.gamma)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(output_size={self.output_size}, spatial_scale={self.spatial_scale}, "
+                f"sampling_ratio={self.sampling_ratio}, gamma={self.gamma})")
+
+
+def _fc(in_features: int, hidden: int, out_features: int, layers: int) -> nn.Sequential:
+    """mmcv's offset (3 layers) and mask (2 layers, then a sigmoid) heads; the last Linear starts at zero."""
+    dims = [in_features] + [hidden] * (layers - 1) + [out_features]
+    mods: List[nn.Module] = []
+    for i in range(layers):
+        mods.append(nn.Linear(dims[i], dims[i + 1]))
+        if i < layers - 1:
+            mods.append(nn.ReLU(inplace=True))
+    nn.init.zeros_(mods[-1].weight)
+    nn.init.zeros_(mods[-1].bias)
+    return nn.Sequential(*mods)
+
+
+class DeformRoIPoolPack(DeformRoIPool):
+    """mmcv.ops.DeformRoIPoolPack: the offsets come from fully connected layers over the undeformed pooling
+    (zero at initialisation, so the module starts as RoI Align)."""
+
+    def __init__(self, output_size, output_channels: int, deform_fc_channels: int = 1024, spatial_scale: float = 1.0,
+                 sampling_ratio: int = 0, gamma: float = 0.1):
+        super().__init__(output_size, spatial_scale, sampling_ratio, gamma)
+        self.output_channels = output_channels
+        self.deform_fc_channels = deform_fc_channels
+        bins = self.output_size[0] * self.output_size[1]
+        self.offset_fc = _fc(bins * output_channels, deform_fc_channels, bins * 2, 3)
+
+    def _pooled_and_offset(self, input: Tensor, rois: Tensor):
+        assert input.size(1) == self.output_channels
+        x = deform_roi_pool(input, rois, None, self.output_size, self.spatial_scale, self.sampling_ratio, self.gamma)
+        k = x.size(0)
+        return x, self.offset_fc(x.view(k, -1)).view(k, 2, self.output_size[0], self.output_size[1])
+
+    def forward(self, input: Tensor, rois: Tensor) -> Tensor:  # type: ignore[override]
+        _, offset = self._pooled_and_offset(input, rois)
+        return deform_roi_pool(input, rois, offset, self.output_size, self.spatial_scale, self.sampling_ratio,
+                               self.gamma)
+
+
+class ModulatedDeformRoIPoolPack(DeformRoIPoolPack):
+    """mmcv.ops.ModulatedDeformRoIPoolPack: DeformRoIPoolPack times a per-bin mask from a second head (sigmoid,
+    0.5 at initialisation), computed by :func:`modulated_deform_roi_pool` in one op."""
+
+    def __init__(self, output_size, output_channels: int, deform_fc_channels: int = 1024, spatial_scale: float = 1.0,
+                 sampling_ratio: int = 0, gamma: float = 0.1):
+        super().__init__(output_size, output_channels, deform_fc_channels, spatial_scale, sampling_ratio, gamma)
+        bins = self.output_size[0] * self.output_size[1]
+        self.mask_fc = nn.Sequential(*_fc(bins * output_channels, deform_fc_channels, bins, 2), nn.Sigmoid())
+
+    def forward(self, input: Tensor, rois: Tensor) -> Tensor:  # type: ignore[override]
+        x, offset = self._pooled_and_offset(input, rois)
+        mask = self.mask_fc(x.view(x.size(0), -1)).view(x.size(0), 1, self.output_size[0], self.output_size[1])
+        return modulated_deform_roi_pool(input, rois, offset, mask, self.output_size, self.spatial_scale,
+                                         self.sampling_ratio, self.gamma)

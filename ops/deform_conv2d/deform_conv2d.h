@@ -1,0 +1,131 @@
+#pragma once
+// Deformable 2-D convolution launchers (CUDA and CPU), framework-free. Parameters and definition:
+// deform_conv2d_params.h.
+#include <cstdint>
+
+#include "common/entry_points.h"
+#include "deform_conv2d/deform_conv2d_params.h"
+#include "detops/core/dtype.h"
+
+namespace detops {
+
+struct DeformConv2dShape {
+  std::int64_t batch = 0, in_channels = 0, height = 0, width = 0;  // input [B, C_in, H, W]
+  std::int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;       // weight [C_out, C_in / groups, kh, kw]
+  std::int64_t out_height = 0, out_width = 0;                      // out [B, C_out, H_out, W_out]
+  constexpr std::int64_t kernel_taps() const { return kernel_h * kernel_w; }
+  constexpr std::int64_t positions() const { return out_height * out_width; }
+  // The im2col rows of one sample: C_in * kh * kw, row c * kh * kw + k (input channel c, tap k = i * kw + j).
+  constexpr std::int64_t column_rows() const { return in_channels * kernel_h * kernel_w; }
+};
+
+// Every tensor is contiguous, in one dtype T (the input's). The CUDA launchers run their GEMMs with cuBLAS on
+// `blas` (a cublasHandle_t bound to `stream`, e.g. ATen's current handle) and need `workspace`: at least
+// deform_conv2d_workspace_bytes(...) bytes, 256-byte aligned. The CPU entry points ignore both.
+struct DeformConv2dProblem {
+  DeformConv2dShape s;
+  void* blas = nullptr;
+  void* workspace = nullptr;
+  std::int64_t workspace_bytes = 0;
+};
+
+struct DeformConv2dForwardArgs : DeformConv2dProblem {
+  const void* input = nullptr;
+  const void* weight = nullptr;
+  const void* offset = nullptr;
+  const void* mask = nullptr;  // null unless params.use_mask
+  const void* bias = nullptr;  // [C_out] or null (no bias)
+  void* out = nullptr;         // [B, C_out, H_out, W_out], every element written
+};
+
+// grad [B, C_out, H_out, W_out] -> the five gradients, every element of each written.
+struct DeformConv2dBackwardArgs : DeformConv2dProblem {
+  const void* grad = nullptr;
+  const void* input = nullptr;
+  const void* weight = nullptr;
+  const void* offset = nullptr;
+  const void* mask = nullptr;  // null unless params.use_mask
+  void* grad_input = nullptr;
+  void* grad_weight = nullptr;
+  void* grad_offset = nullptr;
+  void* grad_mask = nullptr;  // null unless params.use_mask
+  void* grad_bias = nullptr;
+};
+
+// The samples per chunk: as many as fit in `column_capacity` elements of columns, at least 1, at most the batch.
+constexpr std::int64_t deform_conv2d_batch_chunk(const DeformConv2dShape& s, std::int64_t column_capacity) {
+  const std::int64_t per_sample = s.column_rows() * s.positions();
+  if (per_sample <= 0 || s.batch <= 1) return s.batch < 1 ? 1 : s.batch;
+  const std::int64_t fit = column_capacity / per_sample;
+  return fit < 1 ? 1 : (fit > s.batch ? s.batch : fit);
+}
+
+// The columns of one chunk: all samples' when they take at most kDeformConv2dColumnBudget elements, else as
+// many samples' as fit (at least one).
+inline constexpr std::int64_t kDeformConv2dColumnBudget = std::int64_t{1} << 27;  // 128 Mi elements
+
+constexpr std::int64_t deform_conv2d_column_capacity(const DeformConv2dShape& s) {
+  const std::int64_t per_sample = s.column_rows() * s.positions();
+  if (per_sample <= 0) return 0;
+  const std::int64_t fit = kDeformConv2dColumnBudget / per_sample;
+  const std::int64_t samples = fit < 1 ? 1 : (fit > s.batch ? s.batch : fit);
+  return samples * per_sample;
+}
+
+// The CUDA launchers' workspace, carved in this order (each part 256-byte aligned), for one chunk of
+// n = deform_conv2d_batch_chunk(s, deform_conv2d_column_capacity(s)) samples, T of `element_bytes` and its
+// accumulation type of `acc_bytes`:
+//   columns        n * P * C_in kh kw   T    the chunk's samples, channels last: [n, P, groups, kh kw, C_in / groups]
+//   input_cl       n * H W * C_in       T    the chunk's input, channels last [n, H, W, C_in]
+//   weight_cl      C_out * C_in kh kw / groups    T    weight as [C_out, kh kw, C_in / groups]
+// and for the backward also
+//   grad_columns   n * P * C_in kh kw   acc
+//   grad_input_cl  n * H W * C_in       acc  the chunk's input gradient, channels last
+//   grad_weight_cl C_out * C_in kh kw / groups    acc
+struct DeformConv2dWorkspace {
+  std::int64_t columns = 0, input_cl = 0, weight_cl = 0, grad_columns = 0, grad_input_cl = 0, grad_weight_cl = 0;
+  std::int64_t bytes = 0;  // the total
+};
+
+constexpr std::int64_t deform_conv2d_align256(std::int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+constexpr DeformConv2dWorkspace deform_conv2d_workspace(const DeformConv2dShape& s, std::int64_t groups,
+                                                       std::int64_t element_bytes, std::int64_t acc_bytes,
+                                                       bool backward) {
+  DeformConv2dWorkspace w;
+  const std::int64_t n = deform_conv2d_batch_chunk(s, deform_conv2d_column_capacity(s));
+  const std::int64_t columns = n * s.positions() * s.column_rows(), pixels = n * s.height * s.width * s.in_channels;
+  const std::int64_t weight = groups > 0 ? s.out_channels * s.column_rows() / groups : 0;
+  std::int64_t at = 0;
+  const auto take = [&at](std::int64_t bytes) {
+    const std::int64_t here = at;
+    at += deform_conv2d_align256(bytes);
+    return here;
+  };
+  w.columns = take(columns * element_bytes);
+  w.input_cl = take(pixels * element_bytes);
+  w.weight_cl = take(weight * element_bytes);
+  if (backward) {
+    w.grad_columns = take(columns * acc_bytes);
+    w.grad_input_cl = take(pixels * acc_bytes);
+    w.grad_weight_cl = take(weight * acc_bytes);
+  }
+  w.bytes = at;
+  return w;
+}
+
+// CUDA: the input chunk and the weight turned channels last, then the deformable im2col (a sample point's
+// bilinear weights formed once and applied to a run of channels with 16-byte loads and stores) and one
+// strided-batched cuBLAS GEMM per weight group writing `out` (bias first, beta = 1). The backward: the
+// columns' gradient weight^T grad (GEMM, acc output), then one pass over the sample points that scatters the
+// input gradient with atomicAdd into a channels-last acc buffer (not deterministic, as torchvision's), sums
+// the offset and mask gradients over the offset group's channels (a fixed lane order and shuffle tree) and
+// writes the columns again for the weight gradient, grad columns^T over the samples in order (GEMM, acc
+// output); the bias gradient a fixed-order sum.
+//
+// CPU: the same sums as loops (each output element one thread's fixed-order sum; the input gradient's
+// scatter runs serially per sample), deterministic.
+DETOPS_DECLARE_ENTRY(DeformConv2dParams, DeformConv2dForwardArgs, deform_conv2d_forward);
+DETOPS_DECLARE_ENTRY(DeformConv2dParams, DeformConv2dBackwardArgs, deform_conv2d_backward);
+
+}  // namespace detops

@@ -1,0 +1,80 @@
+#include "detops/reference/carafe_reference.h"
+
+#include <stdexcept>
+
+namespace detops::reference {
+namespace {
+
+using Index = Eigen::Index;
+
+struct Geometry {
+  Index n, c, h, w, k, r, s, group_channels;
+};
+
+Geometry geometry(const CarafeParams& p, const Tensor4d& features, const Tensor4d& masks) {
+  const Geometry g{features.dimension(0), features.dimension(1), features.dimension(2), features.dimension(3),
+                   p.kernel_size,         (p.kernel_size - 1) / 2, p.scale_factor,       features.dimension(1) / p.group_size};
+  if (p.kernel_size % 2 != 1 || features.dimension(1) % p.group_size != 0 || masks.dimension(0) != g.n ||
+      masks.dimension(1) != g.k * g.k * p.group_size || masks.dimension(2) != g.h * g.s ||
+      masks.dimension(3) != g.w * g.s) {
+    throw std::invalid_argument("carafe reference: masks' shape, kernel_size or group_size does not fit the features");
+  }
+  return g;
+}
+
+// Calls fn(fy, fx, mask channel) for every tap (i, j) of output (n, c, y, x) whose feature
+// (fy, fx) = (y / s + i - r, x / s + j - r) lies on the map: the terms of out[n, c, y, x].
+template <typename Fn>
+void for_each_term(const Geometry& g, Index c, Index y, Index x, Fn&& fn) {
+  const Index group = c / g.group_channels;
+  for (Index i = 0; i < g.k; ++i) {
+    for (Index j = 0; j < g.k; ++j) {
+      const Index fy = y / g.s + i - g.r, fx = x / g.s + j - g.r;
+      if (fy < 0 || fy >= g.h || fx < 0 || fx >= g.w) continue;
+      fn(fy, fx, group * g.k * g.k + i * g.k + j);
+    }
+  }
+}
+
+}  // namespace
+
+Tensor4d carafe_forward(const CarafeParams& p, const Tensor4d& features, const Tensor4d& masks) {
+  const Geometry g = geometry(p, features, masks);
+  Tensor4d out(g.n, g.c, g.h * g.s, g.w * g.s);
+  for (Index n = 0; n < g.n; ++n) {
+    for (Index c = 0; c < g.c; ++c) {
+      for (Index y = 0; y < g.h * g.s; ++y) {
+        for (Index x = 0; x < g.w * g.s; ++x) {
+          double sum = 0.0;
+          for_each_term(g, c, y, x, [&](Index fy, Index fx, Index m) { sum += masks(n, m, y, x) * features(n, c, fy, fx); });
+          out(n, c, y, x) = sum;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+CarafeGrads carafe_backward(const CarafeParams& p, const Tensor4d& features, const Tensor4d& masks,
+                            const Tensor4d& grad_output) {
+  const Geometry g = geometry(p, features, masks);
+  CarafeGrads grads{Tensor4d(features.dimensions()), Tensor4d(masks.dimensions())};
+  grads.features.setZero();
+  grads.masks.setZero();
+  for (Index n = 0; n < g.n; ++n) {
+    for (Index c = 0; c < g.c; ++c) {
+      for (Index y = 0; y < g.h * g.s; ++y) {
+        for (Index x = 0; x < g.w * g.s; ++x) {
+          const double go = grad_output(n, c, y, x);
+          for_each_term(g, c, y, x, [&](Index fy, Index fx, Index m) {
+            grads.features(n, c, fy, fx) += go * masks(n, m, y, x);
+            grads.masks(n, m, y, x) += go * features(n, c, fy, fx);
+          });
+        }
+      }
+    }
+  }
+  return grads;
+}
+
+}  // namespace detops::reference
