@@ -75,17 +75,33 @@ constexpr std::int64_t deform_conv2d_column_capacity(const DeformConv2dShape& s)
 // The CUDA launchers' workspace, carved in this order (each part 256-byte aligned), for one chunk of
 // n = deform_conv2d_batch_chunk(s, deform_conv2d_column_capacity(s)) samples, T of `element_bytes` and its
 // accumulation type of `acc_bytes`:
-//   columns        n * P * C_in kh kw   T    the chunk's samples, channels last: [n, P, groups, kh kw, C_in / groups]
+//   columns        n * P_pad * C_in kh kw   T    the chunk's samples, channels last: [n, P_pad, groups, kh kw,
+//                                                C_in / groups] (rows past P zero)
 //   input_cl       n * H W * C_in       T    the chunk's input, channels last [n, H, W, C_in]
 //   weight_cl      C_out * C_in kh kw / groups    T    weight as [C_out, kh kw, C_in / groups]
 // and for the backward also
-//   grad_columns   n * P * C_in kh kw   acc
+//   grad_columns   n * P_pad * C_in kh kw   acc
 //   grad_input_cl  n * H W * C_in       acc  the chunk's input gradient, channels last
 //   grad_weight_cl C_out * C_in kh kw / groups    acc
+// and, only when P is not a multiple of deform_conv2d_position_align(element_bytes) (16 bytes of T),
+//   padded         n * C_out * P_pad    T    the forward's GEMM output, the backward's copy of grad (zeros past P)
+// where P_pad = deform_conv2d_padded_positions: P rounded up to 16 bytes of T. The GEMMs run over P_pad positions,
+// so every operand's contiguous extent is 16-byte aligned: with P itself (25 x 42 = 1050 at ResNet-50's stage
+// 5) cuBLAS falls back to its align-2 / align-1 kernels, 2-4x slower.
 struct DeformConv2dWorkspace {
   std::int64_t columns = 0, input_cl = 0, weight_cl = 0, grad_columns = 0, grad_input_cl = 0, grad_weight_cl = 0;
-  std::int64_t bytes = 0;  // the total
+  std::int64_t padded = -1;  // -1: no padded part (P is aligned)
+  std::int64_t bytes = 0;    // the total
 };
+
+// The output positions' leading dimension in the GEMMs: P rounded up to 16 bytes of T.
+constexpr std::int64_t deform_conv2d_position_align(std::int64_t element_bytes) {
+  return element_bytes >= 16 ? 1 : 16 / element_bytes;
+}
+constexpr std::int64_t deform_conv2d_padded_positions(const DeformConv2dShape& s, std::int64_t element_bytes) {
+  const std::int64_t a = deform_conv2d_position_align(element_bytes);
+  return (s.positions() + a - 1) / a * a;
+}
 
 constexpr std::int64_t deform_conv2d_align256(std::int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -94,7 +110,8 @@ constexpr DeformConv2dWorkspace deform_conv2d_workspace(const DeformConv2dShape&
                                                        bool backward) {
   DeformConv2dWorkspace w;
   const std::int64_t n = deform_conv2d_batch_chunk(s, deform_conv2d_column_capacity(s));
-  const std::int64_t columns = n * s.positions() * s.column_rows(), pixels = n * s.height * s.width * s.in_channels;
+  const std::int64_t padded = deform_conv2d_padded_positions(s, element_bytes);
+  const std::int64_t columns = n * padded * s.column_rows(), pixels = n * s.height * s.width * s.in_channels;
   const std::int64_t weight = groups > 0 ? s.out_channels * s.column_rows() / groups : 0;
   std::int64_t at = 0;
   const auto take = [&at](std::int64_t bytes) {
@@ -110,6 +127,7 @@ constexpr DeformConv2dWorkspace deform_conv2d_workspace(const DeformConv2dShape&
     w.grad_input_cl = take(pixels * acc_bytes);
     w.grad_weight_cl = take(weight * acc_bytes);
   }
+  if (padded != s.positions()) w.padded = take(n * s.out_channels * padded * element_bytes);
   w.bytes = at;
   return w;
 }

@@ -7,8 +7,6 @@
 // scatters the input gradient with atomicAdd into a channels-last acc buffer (adjacent lanes, adjacent
 // addresses; 16-byte atomics where the GPU has them), reduces the offset and mask gradients over a point's
 // lanes with a fixed shuffle tree, and writes the columns again for the weight gradient's GEMM.
-#include <cublas_v2.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
@@ -16,6 +14,7 @@
 
 #include "common/block_reduce.cuh"
 #include "common/channels_last.cuh"
+#include "common/cublas_gemm.cuh"
 #include "common/kernel_launch.cuh"
 #include "common/roi_cuda.cuh"
 #include "deform_conv2d/deform_conv2d_kernel.cuh"
@@ -105,21 +104,24 @@ struct ChannelsLast {
   }
 };
 
-template <typename Index>
+// The columns' rows per sample are P rounded up to 16 bytes of T (deform_conv2d_padded_positions).
+template <typename T, typename Index>
 __device__ __forceinline__ ChannelsLast<Index> channels_last(const P& p, const S& s) {
+  constexpr std::int64_t kAlign = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
   return {static_cast<Index>(s.in_channels), static_cast<Index>(s.in_channels / p.groups),
           static_cast<Index>(s.kernel_taps()), static_cast<Index>(s.width), static_cast<Index>(s.height),
-          static_cast<Index>(s.positions())};
+          static_cast<Index>((s.positions() + kAlign - 1) / kAlign * kAlign)};
 }
 
-// The chunk's deformable im2col from the channels-last input: columns [n, P, K], K ordered (group, tap, channel).
+// The chunk's deformable im2col from the channels-last input: columns [n, P_pad, K], K ordered (group, tap,
+// channel); rows P..P_pad-1 are not written (zero_pad_rows).
 template <typename T, typename Index, int V>
 __global__ void __launch_bounds__(kThreads)
     deform_conv2d_im2col_kernel(P p, S s, std::int64_t batch_count, int lanes, const T* __restrict__ input_cl,
                                 const T* __restrict__ offset, const T* __restrict__ mask, T* __restrict__ columns) {
   using Acc = acc_t<T>;
   const DeformGeometry<Index> geo(p, s);
-  const ChannelsLast<Index> cl = channels_last<Index>(p, s);
+  const ChannelsLast<Index> cl = channels_last<T, Index>(p, s);
   const Index lane_count = lanes, runs = geo.channels_per_offset_group / V;
   const Index points = static_cast<Index>(batch_count) * geo.positions * geo.taps * geo.offset_groups;
   grid_stride_for<Index>(points * lane_count, [&](Index e) {
@@ -162,6 +164,23 @@ __global__ void __launch_bounds__(kThreads)
   grid_stride_for<Index>(static_cast<Index>(total_count), [&](Index e) { out[e] = bias[(e / positions) % out_channels]; });
 }
 
+// dst[r, c] = src[r, c] for c < src_cols, else 0, for r < rows and c < dst_cols, rows of src_ld / dst_ld elements:
+// between an [n, C_out, P] tensor and the workspace's [n, C_out, P_pad] copy (zeros in the padding), and, with
+// src_cols 0, the zeros of the columns' padding rows. A kernel, not cudaMemcpy2DAsync: a row of P elements can
+// pass the copy's maximum pitch (2^31 - 1 bytes) in the 2^31 cases.
+template <typename T, typename Index>
+__global__ void __launch_bounds__(kThreads)
+    deform_conv2d_copy_rows_kernel(std::int64_t total_count, std::int64_t dst_cols, std::int64_t src_cols,
+                                   const T* __restrict__ src, std::int64_t src_ld, T* __restrict__ dst,
+                                   std::int64_t dst_ld) {
+  const Index d_cols = static_cast<Index>(dst_cols), s_cols = static_cast<Index>(src_cols);
+  const Index s_ld = static_cast<Index>(src_ld), d_ld = static_cast<Index>(dst_ld);
+  grid_stride_for<Index>(static_cast<Index>(total_count), [&](Index e) {
+    const Index r = e / d_cols, c = e - r * d_cols;
+    dst[r * d_ld + c] = c < s_cols ? src[r * s_ld + c] : from_acc<T>(acc_t<T>(0));
+  });
+}
+
 // The sampling pass of the backward, one point per `lanes` threads: the input gradient (grad_columns times the
 // mask, scattered onto the point's corners), d/d dy, d/d dx and d/d mask summed over the offset group's channels
 // (each lane its runs in order, then a shuffle tree over the point's lanes), and the point's columns (the
@@ -174,7 +193,7 @@ __global__ void __launch_bounds__(kThreads)
                                      T* __restrict__ columns, T* __restrict__ grad_offset, T* __restrict__ grad_mask) {
   using Acc = acc_t<T>;
   const DeformGeometry<Index> geo(p, s);
-  const ChannelsLast<Index> cl = channels_last<Index>(p, s);
+  const ChannelsLast<Index> cl = channels_last<T, Index>(p, s);
   const Index lane_count = lanes, runs = geo.channels_per_offset_group / V;
   const Index points = static_cast<Index>(batch_count) * geo.positions * geo.taps * geo.offset_groups;
   // The lanes of a point are `lanes` adjacent lanes of one warp (lanes divides 32), all active together: a
@@ -284,72 +303,13 @@ const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, con
                          &deform_conv2d_sample_grad_kernel<T, Index, kRun<T>>);
   register_instantiation("deform_conv2d", "deform_conv2d_fill_bias_kernel", targs,
                          &deform_conv2d_fill_bias_kernel<T, Index>);
+  register_instantiation("deform_conv2d", "deform_conv2d_copy_rows_kernel", targs,
+                         &deform_conv2d_copy_rows_kernel<T, Index>);
 });
 const bool kRegisteredPerType = for_each_floating_type([](auto t, const char* type) {
   using T = typename decltype(t)::type;
   register_instantiation("deform_conv2d", "deform_conv2d_bias_grad_kernel", type, &deform_conv2d_bias_grad_kernel<T>);
 });
-
-// ---------------------------------------------------------------- cuBLAS
-void check_blas(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    throw std::runtime_error(std::string("deform_conv2d: cuBLAS ") + what + " failed: " +
-                             cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")");
-  }
-}
-
-template <typename T> constexpr cudaDataType kBlasType = CUDA_R_32F;
-template <> constexpr cudaDataType kBlasType<double> = CUDA_R_64F;
-template <> constexpr cudaDataType kBlasType<__half> = CUDA_R_16F;
-template <> constexpr cudaDataType kBlasType<__nv_bfloat16> = CUDA_R_16BF;
-
-// A column-major strided-batched GEMM, C = A B + beta C, A and B of type T, C of type C_T.
-struct Operand {
-  const void* data;
-  std::int64_t ld;
-  long long stride;
-  cublasOperation_t op;
-};
-
-template <typename T, typename CT>
-void gemm(cublasHandle_t handle, bool allow_tf32, std::int64_t m, std::int64_t n, std::int64_t k, Operand a,
-          Operand b, void* c, std::int64_t ldc, long long stride_c, std::int64_t batch, bool accumulate) {
-  if (m == 0 || n == 0 || batch == 0) return;
-  const bool is_double = std::is_same_v<T, double>;
-  const cublasComputeType_t compute = is_double ? CUBLAS_COMPUTE_64F
-                                      : (std::is_same_v<T, float> && allow_tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                                 : CUBLAS_COMPUTE_32F;
-  const double alpha_d = 1.0, beta_d = accumulate ? 1.0 : 0.0;
-  const float alpha_f = 1.0f, beta_f = accumulate ? 1.0f : 0.0f;
-  const void* alpha = is_double ? static_cast<const void*>(&alpha_d) : &alpha_f;
-  const void* beta = is_double ? static_cast<const void*>(&beta_d) : &beta_f;
-  check_blas(cublasGemmStridedBatchedEx_64(handle, a.op, b.op, m, n, k, alpha, a.data, kBlasType<T>, a.ld, a.stride,
-                                           b.data, kBlasType<T>, b.ld, b.stride, beta, c, kBlasType<CT>, ldc, stride_c,
-                                           batch, compute, CUBLAS_GEMM_DEFAULT),
-             "GEMM");
-}
-
-// The handle bound to `stream`, in fp32-accumulating math (no reduced-precision split-K reductions), restored
-// to its previous math mode on exit.
-class BlasScope {
- public:
-  BlasScope(void* handle, cudaStream_t stream) : handle_(static_cast<cublasHandle_t>(handle)) {
-    if (handle_ == nullptr) throw std::invalid_argument("deform_conv2d: the CUDA launchers need a cuBLAS handle");
-    check_blas(cublasGetMathMode(handle_, &saved_), "cublasGetMathMode");
-    check_blas(cublasSetStream(handle_, stream), "cublasSetStream");
-    check_blas(cublasSetMathMode(handle_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                                                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
-               "cublasSetMathMode");
-  }
-  ~BlasScope() { cublasSetMathMode(handle_, saved_); }
-  BlasScope(const BlasScope&) = delete;
-  BlasScope& operator=(const BlasScope&) = delete;
-  cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_;
-  cublasMath_t saved_ = CUBLAS_DEFAULT_MATH;
-};
 
 // ---------------------------------------------------------------- the chunk loop
 // One chunk [b0, b0 + count) of the batch, and whether every index its kernels form fits 32 bits.
@@ -358,15 +318,16 @@ struct Chunk {
   bool fits32;
 };
 
+// pad_pos: the columns' rows per sample (P_pad).
 template <typename Body>
-void for_each_chunk(const P& p, const S& s, Body&& body) {
+void for_each_chunk(const P& p, const S& s, std::int64_t pad_pos, Body&& body) {
   const std::int64_t per = deform_conv2d_batch_chunk(s, deform_conv2d_column_capacity(s));
   const std::int64_t kLimit = (std::int64_t{1} << 31) - 1;
   for (std::int64_t b0 = 0; b0 < s.batch; b0 += per) {
     const std::int64_t n = std::min(per, s.batch - b0);
     const std::int64_t largest = n * std::max({s.in_channels * s.height * s.width,
                                                2 * p.offset_groups * s.kernel_taps() * s.positions(),
-                                               s.column_rows() * s.positions(), s.out_channels * s.positions()});
+                                               s.column_rows() * pad_pos, s.out_channels * pad_pos});
     body(Chunk{b0, n, largest <= kLimit});
   }
 }
@@ -385,6 +346,7 @@ template <typename T>
 struct Parts {
   T *columns, *input_cl, *weight_cl;
   acc_t<T> *grad_columns, *grad_input_cl, *grad_weight_cl;
+  T* padded;  // nullptr when P is aligned (deform_conv2d.h)
 };
 
 template <typename T>
@@ -398,7 +360,8 @@ Parts<T> carve(const P& p, const DeformConv2dProblem& a, bool backward) {
   char* base = static_cast<char*>(a.workspace);
   return {reinterpret_cast<T*>(base + w.columns), reinterpret_cast<T*>(base + w.input_cl),
           reinterpret_cast<T*>(base + w.weight_cl), reinterpret_cast<acc_t<T>*>(base + w.grad_columns),
-          reinterpret_cast<acc_t<T>*>(base + w.grad_input_cl), reinterpret_cast<acc_t<T>*>(base + w.grad_weight_cl)};
+          reinterpret_cast<acc_t<T>*>(base + w.grad_input_cl), reinterpret_cast<acc_t<T>*>(base + w.grad_weight_cl),
+          w.padded < 0 ? nullptr : reinterpret_cast<T*>(base + w.padded)};
 }
 
 // How a point's channels spread over threads: runs of `run` elements, `lanes` threads per point (a power of
@@ -435,6 +398,26 @@ void launch_points(KernelOf&& kernel_of, const P& p, const S& s, const Chunk& ch
   }
 }
 
+// rows x dst_cols elements of dst (row pitch dst_ld elements): src's (row pitch src_ld) where c < src_cols, else 0.
+template <typename T>
+void copy_rows(const T* src, std::int64_t src_ld, std::int64_t src_cols, T* dst, std::int64_t dst_ld,
+               std::int64_t dst_cols, std::int64_t rows, cudaStream_t stream) {
+  const std::int64_t total = rows * dst_cols;
+  if (total == 0) return;
+  const bool fits32 = rows * std::max(src_ld, dst_ld) <= std::int64_t{INT32_MAX};
+  launch_index_width([](auto i) { return &deform_conv2d_copy_rows_kernel<T, type_of<decltype(i)>>; }, total, kThreads,
+                     fits32, stream, total, dst_cols, src_cols, src, src_ld, dst, dst_ld);
+}
+
+// Zeros in rows P..P_pad-1 of each sample's columns [P_pad, K] (the GEMMs run over P_pad positions; the weight
+// gradient's sums over positions then add exact zeros).
+template <typename T>
+void zero_pad_rows(T* columns, std::int64_t samples, std::int64_t pos, std::int64_t padded, std::int64_t k,
+                   cudaStream_t stream) {
+  if (padded == pos) return;
+  copy_rows<T>(nullptr, 0, 0, columns + pos * k, padded * k, (padded - pos) * k, samples, stream);
+}
+
 // [batch, rows, cols] -> [batch, cols, rows], converting In to Out.
 template <typename In, typename Out>
 void transpose(const In* in, Out* out, std::int64_t batch, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
@@ -451,16 +434,24 @@ void launch_deform_conv2d_forward(const P& p, const DeformConv2dForwardArgs& a, 
     const std::int64_t kg = s.column_rows() / p.groups, og = s.out_channels / p.groups, pos = s.positions();
     const std::int64_t pixels = s.height * s.width;
     const Parts<T> w = carve<T>(p, a, false);
-    BlasScope blas(a.blas, stream);
+    BlasScope blas("deform_conv2d", a.blas, stream);
     // weight [C_out, C_in / groups, taps] -> [C_out, taps, C_in / groups]
     transpose(static_cast<const T*>(a.weight), w.weight_cl, s.out_channels, s.in_channels / p.groups,
               s.kernel_taps(), stream);
-    for_each_chunk(p, s, [&](const Chunk& ch) {
-      T* out = at<T>(a.out, ch.b0 * s.out_channels * pos);
-      const std::int64_t out_elements = ch.count * s.out_channels * pos;
+    const std::int64_t pad_pos = deform_conv2d_padded_positions(s, sizeof(T));
+    for_each_chunk(p, s, pad_pos, [&](const Chunk& ch) {
+      T* const out_final = at<T>(a.out, ch.b0 * s.out_channels * pos);
+      // The GEMM runs over P_pad positions (P rounded up to 16 bytes: cuBLAS's aligned kernels need the positions'
+      // extent aligned, not only the leading dimension) and writes out_final, or when P is unaligned the padded
+      // [n, C_out, P_pad] workspace, copied into out_final after it (deform_conv2d.h).
+      const bool padded = w.padded != nullptr && kg > 0;
+      const std::int64_t ldo = padded ? pad_pos : pos;
+      T* out = padded ? w.padded : out_final;
+      const std::int64_t out_elements = ch.count * s.out_channels * ldo;
       if (a.bias != nullptr) {
         launch_index_width([](auto i) { return &deform_conv2d_fill_bias_kernel<T, type_of<decltype(i)>>; },
-                           out_elements, kThreads, ch.fits32, stream, out_elements, pos, s.out_channels, a.bias, out);
+                           out_elements, kThreads, out_elements <= std::int64_t{INT32_MAX}, stream, out_elements, ldo,
+                           s.out_channels, a.bias, out);
       }
       if (kg == 0) {  // no input channels: the bias (or zeros) alone
         if (a.bias == nullptr) DETOPS_CUDA_CHECK(cudaMemsetAsync(out, 0, out_elements * sizeof(T), stream));
@@ -471,13 +462,15 @@ void launch_deform_conv2d_forward(const P& p, const DeformConv2dForwardArgs& a, 
       launch_points<T>([](auto i, auto run) { return &deform_conv2d_im2col_kernel<T, type_of<decltype(i)>, decltype(run)::value>; },
                        p, s, ch, stream, w.input_cl, at<T>(a.offset, ch.b0 * offset_rows * pos),
                        p.use_mask ? at<T>(a.mask, ch.b0 * offset_rows / 2 * pos) : nullptr, w.columns);
+      zero_pad_rows(w.columns, ch.count, pos, ldo, s.column_rows(), stream);
       for (std::int64_t g = 0; g < p.groups; ++g) {
-        // out[b, g] (P x og, column-major) = columns[b, :, g]^T (P x kg) * weight_cl[g]^T (kg x og)
-        gemm<T, T>(blas.get(), p.allow_tf32, pos, og, kg,
-                   Operand{w.columns + g * kg, s.column_rows(), static_cast<long long>(s.column_rows() * pos), CUBLAS_OP_T},
-                   Operand{w.weight_cl + g * og * kg, kg, 0, CUBLAS_OP_N}, out + g * og * pos, pos,
-                   static_cast<long long>(s.out_channels * pos), ch.count, a.bias != nullptr);
+        // out[b, g] (P_pad x og, column-major) = columns[b, :, g]^T (P_pad x kg) * weight_cl[g]^T (kg x og)
+        blas_gemm<T, T>(blas, p.allow_tf32, ldo, og, kg,
+                        BlasOperand{w.columns + g * kg, s.column_rows(), static_cast<long long>(s.column_rows() * ldo), CUBLAS_OP_T},
+                        BlasOperand{w.weight_cl + g * og * kg, kg, 0, CUBLAS_OP_N}, out + g * og * ldo, ldo,
+                        static_cast<long long>(s.out_channels * ldo), ch.count, a.bias != nullptr);
       }
+      if (padded) copy_rows<T>(out, ldo, pos, out_final, pos, pos, ch.count * s.out_channels, stream);
     });
   });
 }
@@ -510,18 +503,25 @@ void launch_deform_conv2d_backward(const P& p, const DeformConv2dBackwardArgs& a
       return;
     }
     const Parts<T> w = carve<T>(p, a, true);
-    BlasScope blas(a.blas, stream);
+    BlasScope blas("deform_conv2d", a.blas, stream);
     transpose(static_cast<const T*>(a.weight), w.weight_cl, s.out_channels, s.in_channels / p.groups,
               s.kernel_taps(), stream);
     DETOPS_CUDA_CHECK(cudaMemsetAsync(w.grad_weight_cl, 0, weight_elements * sizeof(Acc), stream));
-    const long long col_stride = static_cast<long long>(s.column_rows() * pos);
-    for_each_chunk(p, s, [&](const Chunk& ch) {
+    // The GEMMs run over P_pad positions (deform_conv2d.h; P_pad = P when aligned): grad is then its copy with
+    // rows of P_pad (zeros past P), and the columns' padding rows are zeros, so the weight gradient adds exact zeros.
+    const std::int64_t gld = deform_conv2d_padded_positions(s, sizeof(T));
+    const long long col_stride = static_cast<long long>(s.column_rows() * gld);
+    for_each_chunk(p, s, gld, [&](const Chunk& ch) {
       const T* grad = at<T>(a.grad, ch.b0 * s.out_channels * pos);
-      // grad_columns[b] (K x P, column-major), group g's rows = weight_cl[g] (kg x og) * grad[b, g]^T (og x P)
+      if (gld != pos) {
+        copy_rows<T>(grad, pos, pos, w.padded, gld, gld, ch.count * s.out_channels, stream);
+        grad = w.padded;
+      }
+      // grad_columns[b] (K x P_pad, column-major), group g's rows = weight_cl[g] (kg x og) * grad[b, g]^T (og x P_pad)
       for (std::int64_t g = 0; g < p.groups; ++g) {
-        gemm<T, Acc>(blas.get(), p.allow_tf32, kg, pos, og, Operand{w.weight_cl + g * og * kg, kg, 0, CUBLAS_OP_N},
-                     Operand{grad + g * og * pos, pos, static_cast<long long>(s.out_channels * pos), CUBLAS_OP_T},
-                     w.grad_columns + g * kg, s.column_rows(), col_stride, ch.count, false);
+        blas_gemm<T, Acc>(blas, p.allow_tf32, kg, gld, og, BlasOperand{w.weight_cl + g * og * kg, kg, 0, CUBLAS_OP_N},
+                          BlasOperand{grad + g * og * gld, gld, static_cast<long long>(s.out_channels * gld), CUBLAS_OP_T},
+                          w.grad_columns + g * kg, s.column_rows(), col_stride, ch.count, false);
       }
       transpose(at<T>(a.input, ch.b0 * s.in_channels * pixels), w.input_cl, ch.count, s.in_channels, pixels, stream);
       DETOPS_CUDA_CHECK(cudaMemsetAsync(w.grad_input_cl, 0, ch.count * s.in_channels * pixels * sizeof(Acc), stream));
@@ -532,12 +532,14 @@ void launch_deform_conv2d_backward(const P& p, const DeformConv2dBackwardArgs& a
           at<T>(a.grad_offset, ch.b0 * offset_rows * pos), p.use_mask ? at<T>(a.grad_mask, ch.b0 * mask_rows * pos) : nullptr);
       channels_last_to_first<Acc, T>(w.grad_input_cl, at<T>(a.grad_input, ch.b0 * s.in_channels * pixels), ch.count,
                                      pixels, s.in_channels, stream);
-      // grad_weight_cl[g] (kg x og, column-major) += columns[b, :, g] (kg x P) * grad[b, g]^T (P x og), b in order
+      zero_pad_rows(w.columns, ch.count, pos, gld, s.column_rows(), stream);
+      // grad_weight_cl[g] (kg x og, column-major) += columns[b, :, g] (kg x P_pad) * grad[b, g]^T (P_pad x og), b in
+      // order
       for (std::int64_t b = 0; b < ch.count; ++b) {
-        gemm<T, Acc>(blas.get(), p.allow_tf32, kg, og, pos,
-                     Operand{w.columns + b * s.column_rows() * pos, s.column_rows(), static_cast<long long>(kg), CUBLAS_OP_N},
-                     Operand{grad + b * s.out_channels * pos, pos, static_cast<long long>(og * pos), CUBLAS_OP_N},
-                     w.grad_weight_cl, kg, static_cast<long long>(og * kg), p.groups, true);
+        blas_gemm<T, Acc>(blas, p.allow_tf32, kg, og, gld,
+                          BlasOperand{w.columns + b * s.column_rows() * gld, s.column_rows(), static_cast<long long>(kg), CUBLAS_OP_N},
+                          BlasOperand{grad + b * s.out_channels * gld, gld, static_cast<long long>(og * gld), CUBLAS_OP_N},
+                          w.grad_weight_cl, kg, static_cast<long long>(og * kg), p.groups, true);
       }
     });
     // [C_out, taps, C_in / groups] -> grad_weight [C_out, C_in / groups, taps]

@@ -18,20 +18,29 @@ struct MaskedConv2dShape {
 };
 
 // The selected output positions: `positions` holds `count` rows (n, y, x) of int64, in increasing order of
-// (n, y, x) (the caller's compaction of mask > 0). Every tensor is contiguous, in the features' dtype T
-// unless said otherwise.
+// (n, y, x) (the caller's compaction of mask > 0), count < 2^31. Every tensor is contiguous, in the features'
+// dtype T unless said otherwise.
 struct MaskedConv2dPositions {
   const std::int64_t* positions = nullptr;  // [count, 3]
   std::int64_t count = 0;
 };
 
-// What every entry point is given first: the problem's shape and its selected positions.
+// What every entry point is given first: the problem's shape and its selected positions. The CUDA launchers
+// also need `blas` (a cublasHandle_t for the device, e.g. ATen's current handle: they bind it to their stream)
+// and `workspace`: at least masked_conv2d_workspace(...).bytes bytes, 256-byte aligned; their fp32 GEMMs may
+// use TF32 when allow_tf32 (the binding sets it from torch.backends.cuda.matmul.allow_tf32, as mmcv's addmm
+// follows it). The CPU entry points ignore the three.
 struct MaskedConv2dProblem {
   MaskedConv2dShape s;
   MaskedConv2dPositions sel;
+  void* blas = nullptr;
+  void* workspace = nullptr;
+  std::int64_t workspace_bytes = 0;
+  bool allow_tf32 = false;
 };
 
-// out [N, C_out, H_out, W_out] must hold zeros: the launchers write the selected positions only.
+// out [N, C_out, H_out, W_out]: CUDA writes every element; the CPU writes the selected positions only (out must
+// hold zeros).
 struct MaskedConv2dForwardArgs : MaskedConv2dProblem {
   const void* features = nullptr;
   const void* weight = nullptr;
@@ -43,55 +52,101 @@ struct MaskedConv2dForwardArgs : MaskedConv2dProblem {
 struct MaskedConv2dBackwardInputArgs : MaskedConv2dProblem {
   const void* grad = nullptr;
   const void* weight = nullptr;
-  // int64 [N * H_out * W_out]: position (n, y, x)'s row in sel.positions, or -1 where it is not selected.
-  const std::int64_t* rows = nullptr;
-  // acc_t<T> workspace of masked_conv2d_dcol_elements(s, sel.count) elements.
-  void* dcol = nullptr;
   void* grad_features = nullptr;
 };
 
-// grad [N, C_out, H_out, W_out], features -> grad_weight [C_out, C_in, kh, kw] and grad_bias [C_out].
+// grad [N, C_out, H_out, W_out], features -> grad_weight [C_out, C_in, kh, kw] and grad_bias [C_out], every
+// element written.
 struct MaskedConv2dBackwardWeightArgs : MaskedConv2dProblem {
   const void* grad = nullptr;
   const void* features = nullptr;
-  // acc_t<T> workspace of masked_conv2d_weight_partial_elements(s, sel.count) elements.
-  void* partials = nullptr;
   void* grad_weight = nullptr;
   void* grad_bias = nullptr;
 };
 
-// The backward's d(im2col) buffer: [taps, count] (a column per selected position).
-constexpr std::int64_t masked_conv2d_dcol_elements(const MaskedConv2dShape& s, std::int64_t count) {
-  return s.taps() * count;
+// ---------------------------------------------------------------------------------------------------
+// CUDA: explicit im2col and cuBLAS GEMMs over chunks of the selected positions. A chunk takes c positions
+// (masked_conv2d_chunk_positions): params.chunk_positions when set (a test hook), else as many as keep each
+// chunk buffer within kMaskedConv2dChunkBudget elements, at least kMaskedConv2dLdAlign. A chunk buffer is
+// position-contiguous, rows of ld = c rounded up to kMaskedConv2dLdAlign elements (aligned GEMM operands).
+inline constexpr std::int64_t kMaskedConv2dChunkBudget = std::int64_t{1} << 27;  // 128 Mi elements
+inline constexpr std::int64_t kMaskedConv2dLdAlign = 16;
+
+constexpr std::int64_t masked_conv2d_chunk_positions(const MaskedConv2dShape& s, const MaskedConv2dParams& p,
+                                                     std::int64_t count) {
+  const std::int64_t widest = s.taps() > s.out_channels ? s.taps() : s.out_channels;
+  std::int64_t len = p.chunk_positions;
+  if (len <= 0) {
+    len = kMaskedConv2dChunkBudget / (widest > 0 ? widest : 1) / kMaskedConv2dLdAlign * kMaskedConv2dLdAlign;
+    if (len < kMaskedConv2dLdAlign) len = kMaskedConv2dLdAlign;
+  }
+  return len < count ? len : count;
 }
 
-// The weight gradient reduces over the selected positions in a fixed split that depends only on their count: at most kMaskedConv2dMaxChunks chunks of at least kMaskedConv2dMinChunk positions (a multiple of
-// 16, the kernel's k-tile), each summed into its own [C_out, taps + 1] slice of partials (column `taps`:
-// the bias), then the slices in order. So the result is bitwise reproducible on any device.
-inline constexpr std::int64_t kMaskedConv2dMaxChunks = 32;
-inline constexpr std::int64_t kMaskedConv2dMinChunk = 1024;
-
-constexpr std::int64_t masked_conv2d_chunk_length(std::int64_t count) {
-  const std::int64_t by_max = (count + kMaskedConv2dMaxChunks - 1) / kMaskedConv2dMaxChunks;
-  const std::int64_t len = by_max > kMaskedConv2dMinChunk ? by_max : kMaskedConv2dMinChunk;
-  return (len + 15) / 16 * 16;
+constexpr std::int64_t masked_conv2d_chunk_ld(std::int64_t chunk_positions) {
+  return (chunk_positions + kMaskedConv2dLdAlign - 1) / kMaskedConv2dLdAlign * kMaskedConv2dLdAlign;
 }
 
-constexpr std::int64_t masked_conv2d_chunks(std::int64_t count) {
-  return count == 0 ? 0 : (count + masked_conv2d_chunk_length(count) - 1) / masked_conv2d_chunk_length(count);
+enum class MaskedConv2dPass { kForward, kBackwardInput, kBackwardWeight };
+
+// The CUDA launchers' workspace, byte offsets of its parts (each 256-byte aligned), for `count` selected
+// positions, T of `element_bytes` and its accumulation type acc of `acc_bytes`:
+//   rows         int32 [N H_out W_out]  forward, backward input: each output position's row in sel (its index
+//                                       among the selected positions), -1 where not selected
+//   columns      T [C_in kh kw, ld]     forward, backward weight: the chunk's im2col, columns[t, r] the feature
+//                                       under tap t = (c, i, j) of position r, 0 in the padding;
+//                acc [C_in kh kw, ld]   backward input: d(im2col), the GEMM's result in acc (not rounded to a
+//                                       half type: no double rounding, no overflow of a partial term)
+//   selected     acc [C_out, ld]        forward: the chunk's outputs without the bias;
+//                T [C_out, ld]          backward: grad at the chunk's positions
+//   accumulator  acc                    backward, only with more than one chunk: the running sums across
+//                                       chunks, [N C_in H W] (input) or [C_out C_in kh kw + C_out] (weight:
+//                                       the weight's, then the bias')
+struct MaskedConv2dWorkspace {
+  std::int64_t rows = 0, columns = 0, selected = 0, accumulator = 0;
+  std::int64_t bytes = 0;  // the total
+};
+
+constexpr std::int64_t masked_conv2d_align256(std::int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+constexpr MaskedConv2dWorkspace masked_conv2d_workspace(const MaskedConv2dShape& s, const MaskedConv2dParams& p,
+                                                       std::int64_t count, MaskedConv2dPass pass,
+                                                       std::int64_t element_bytes, std::int64_t acc_bytes) {
+  MaskedConv2dWorkspace w;
+  const std::int64_t chunk = masked_conv2d_chunk_positions(s, p, count), ld = masked_conv2d_chunk_ld(chunk);
+  const bool chunked = chunk < count;
+  std::int64_t at = 0;
+  const auto take = [&at](std::int64_t bytes) {
+    const std::int64_t here = at;
+    at += masked_conv2d_align256(bytes);
+    return here;
+  };
+  if (pass != MaskedConv2dPass::kBackwardWeight) w.rows = take(s.batch * s.out_height * s.out_width * 4);
+  w.columns = take(s.taps() * ld * (pass == MaskedConv2dPass::kBackwardInput ? acc_bytes : element_bytes));
+  w.selected = take(s.out_channels * ld * (pass == MaskedConv2dPass::kForward ? acc_bytes : element_bytes));
+  if (chunked && pass == MaskedConv2dPass::kBackwardInput) {
+    w.accumulator = take(s.batch * s.in_channels * s.height * s.width * acc_bytes);
+  } else if (chunked && pass == MaskedConv2dPass::kBackwardWeight) {
+    w.accumulator = take(s.out_channels * (s.taps() + 1) * acc_bytes);
+  }
+  w.bytes = at;
+  return w;
 }
 
-constexpr std::int64_t masked_conv2d_weight_partial_elements(const MaskedConv2dShape& s, std::int64_t count) {
-  return masked_conv2d_chunks(count) * s.out_channels * (s.taps() + 1);
-}
-
-// CUDA launchers (common/entry_points.h). No atomics: every output element is one thread's fixed-order sum
-// (the forward and d(im2col): tiled GEMMs whose reduction runs in k order; grad_features: a gather over the
-// kernel taps in order; grad_weight / grad_bias: the fixed chunks above, then their sum in order), so every
-// result is bitwise reproducible.
+// CUDA launchers: per chunk, a gather kernel writes the chunk's columns (the features' im2col, or grad at the
+// positions: the im2col of grad's 1x1 view), then cuBLAS (tensor cores with fp32 accumulation for fp16 / bf16;
+// fp32 in fp32 unless allow_tf32; fp64 in fp64):
+//   forward          selected [C_out, c] = weight [C_out, K] columns [K, c]; one kernel then writes every
+//                    output element: bias + selected at a selected position, 0 elsewhere (no memset)
+//   backward input   d(im2col) [K, c] = weight^T grad_selected; grad_features by a gather over the kernel taps
+//                    of each input pixel, in tap order, in acc (chunks in order through the accumulator)
+//   backward weight  grad_weight [C_out, K] (+)= grad_selected columns^T (a GEMM in acc, chunks in order);
+//                    grad_bias a fixed-order block sum of grad_selected per channel
+// with K = C_in kh kw. No atomics; cuBLAS GEMMs are bitwise reproducible on one GPU model: deterministic.
 //
-// CPU implementations of the same products, operands and orders (masked_conv2d_kernel.cuh), each result one
-// thread's fixed-order sum: deterministic for any split.
+// CPU (masked_conv2d_kernel.cuh, masked_conv2d_cpu.cpp): the same sums as implicit GEMMs over the positions,
+// each result one thread's fixed-order sum in acc (the weight gradient over fixed position chunks added in
+// order): deterministic for any split. Its buffers are its own.
 DETOPS_DECLARE_ENTRY(MaskedConv2dParams, MaskedConv2dForwardArgs, masked_conv2d_forward);
 DETOPS_DECLARE_ENTRY(MaskedConv2dParams, MaskedConv2dBackwardInputArgs, masked_conv2d_backward_input);
 DETOPS_DECLARE_ENTRY(MaskedConv2dParams, MaskedConv2dBackwardWeightArgs, masked_conv2d_backward_weight);

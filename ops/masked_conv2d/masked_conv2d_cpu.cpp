@@ -1,8 +1,9 @@
-// Masked 2-D convolution on the CPU: the three products of masked_conv2d_kernel.cuh (the same operands, stores,
-// k order and position chunks as the CUDA kernels) as host loops, split over the rows of each product; the
-// col2im gather and the weight-gradient finish over their elements. Each result is one fixed-order sum by one
-// thread, so results do not depend on the split.
+// Masked 2-D convolution on the CPU: the three products of masked_conv2d_kernel.cuh as host loops, split over
+// the rows of each product; the col2im gather and the weight-gradient finish over their elements. Each result
+// is one fixed-order sum by one thread, so results do not depend on the split. The buffers (the map of rows,
+// d(im2col), the weight gradient's partial sums) are this file's own.
 #include <algorithm>
+#include <vector>
 
 #include "common/dispatch.h"
 #include "common/parallel_for.h"
@@ -47,10 +48,16 @@ void run_masked_conv2d_backward_input_cpu(const MaskedConv2dParams& params, cons
   dispatch_floating(dtype, "masked_conv2d_backward_input_cpu", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const MaskedConv2dShape& s = args.s;
-    gemm_cpu<acc_t<T>>(parallel_for, masked_conv2d_dcol_product<T>(params, args));
+    const std::int64_t count = args.sel.count;
+    std::vector<std::int32_t> rows(static_cast<std::size_t>(s.batch * s.out_height * s.out_width), -1);
+    for (std::int64_t r = 0; r < count; ++r) {
+      rows[static_cast<std::size_t>(masked_conv2d_position_index(s, args.sel.positions, r))] = static_cast<std::int32_t>(r);
+    }
+    std::vector<acc_t<T>> dcol(static_cast<std::size_t>(s.taps() * count));
+    gemm_cpu<acc_t<T>>(parallel_for, masked_conv2d_dcol_product<T>(params, args, dcol.data()));
     parallel_for_each(parallel_for, s.batch * s.in_channels * s.height * s.width, [&](std::int64_t e) {
-      static_cast<T*>(args.grad_features)[e] = from_acc<T>(masked_conv2d_col2im<acc_t<T>>(
-          params, s, static_cast<const acc_t<T>*>(args.dcol), args.rows, args.sel.count, e));
+      static_cast<T*>(args.grad_features)[e] =
+          from_acc<T>(masked_conv2d_col2im<acc_t<T>>(params, s, dcol.data(), rows.data(), count, e));
     });
   });
 }
@@ -60,11 +67,12 @@ void run_masked_conv2d_backward_weight_cpu(const MaskedConv2dParams& params,
                                            const ParallelFor& parallel_for) {
   dispatch_floating(dtype, "masked_conv2d_backward_weight_cpu", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const auto product = masked_conv2d_weight_product<T>(params, args);
+    std::vector<acc_t<T>> partials(static_cast<std::size_t>(masked_conv2d_weight_partial_elements(args.s, args.sel.count)));
+    const auto product = masked_conv2d_weight_product<T>(params, args, partials.data());
     gemm_cpu<acc_t<T>>(parallel_for, product);
     parallel_for_each(parallel_for, product.m_size * product.n_size, [&](std::int64_t e) {
-      masked_conv2d_weight_finish<T>(args.s, product.chunks, static_cast<const acc_t<T>*>(args.partials), e,
-                                     static_cast<T*>(args.grad_weight), static_cast<T*>(args.grad_bias));
+      masked_conv2d_weight_finish<T>(args.s, product.chunks, partials.data(), e, static_cast<T*>(args.grad_weight),
+                                     static_cast<T*>(args.grad_bias));
     });
   });
 }

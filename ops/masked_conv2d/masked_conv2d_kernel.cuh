@@ -44,35 +44,45 @@ DETOPS_HD Acc masked_conv2d_grad_at(const MaskedConv2dShape& s, const T* grad, c
   return to_acc<Acc>(grad[masked_conv2d_out_index(s, w, o)]);
 }
 
-// The selected positions whose window reads input pixel (h, w) of image n, through tap (i, j):
-// y sh - ph + i = h and x sw - pw + j = w. Calls fn(i, j, row) for each, in (i, j) order, with
-// row = rows[(n, y, x)] (the position's index in the selection, >= 0).
+// Where selected position r's row goes in the [N, H_out, W_out] map of rows: (n H_out + y) W_out + x.
+DETOPS_HD std::int64_t masked_conv2d_position_index(const MaskedConv2dShape& s, const std::int64_t* positions,
+                                                    std::int64_t r) {
+  const std::int64_t* q = positions + 3 * r;
+  return (q[0] * s.out_height + q[1]) * s.out_width + q[2];
+}
+
+// The selected positions whose window reads input pixel (h, w), through tap (i, j): y sh - ph + i = h and
+// x sw - pw + j = w. `rows` is the pixel's image's [H_out, W_out] map of rows (the position's index in the
+// selection, -1 where not selected). Calls fn(i kw + j, row) for each selected one, in (i, j) order: i runs
+// over the kernel rows with (h + ph - i) % sh == 0 (output row y = (h + ph - i) / sh, descending), j likewise.
 template <typename Fn>
 DETOPS_HD void masked_conv2d_for_each_hit(const MaskedConv2dParams& p, const MaskedConv2dShape& s,
-                                          const std::int64_t* rows, std::int64_t n, std::int64_t h, std::int64_t w,
-                                          Fn&& fn) {
-  for (std::int64_t i = 0; i < s.kernel_h; ++i) {
-    const std::int64_t yy = h + p.padding_h - i;
-    if (yy < 0 || yy % p.stride_h != 0 || yy / p.stride_h >= s.out_height) continue;
-    for (std::int64_t j = 0; j < s.kernel_w; ++j) {
-      const std::int64_t xx = w + p.padding_w - j;
-      if (xx < 0 || xx % p.stride_w != 0 || xx / p.stride_w >= s.out_width) continue;
-      const std::int64_t row = rows[(n * s.out_height + yy / p.stride_h) * s.out_width + xx / p.stride_w];
-      if (row >= 0) fn(i, j, row);
+                                          const std::int32_t* rows, std::int64_t h, std::int64_t w, Fn&& fn) {
+  const std::int64_t hp = h + p.padding_h, wp = w + p.padding_w;
+  const std::int64_t i0 = p.stride_h == 1 ? 0 : hp % p.stride_h, j0 = p.stride_w == 1 ? 0 : wp % p.stride_w;
+  const std::int64_t y0 = p.stride_h == 1 ? hp : (hp - i0) / p.stride_h;
+  const std::int64_t x0 = p.stride_w == 1 ? wp : (wp - j0) / p.stride_w;
+  for (std::int64_t i = i0, y = y0; i < s.kernel_h && y >= 0; i += p.stride_h, --y) {
+    if (y >= s.out_height) continue;
+    const std::int32_t* row_y = rows + y * s.out_width;
+    for (std::int64_t j = j0, x = x0; j < s.kernel_w && x >= 0; j += p.stride_w, --x) {
+      if (x >= s.out_width) continue;
+      const std::int32_t row = row_y[x];
+      if (row >= 0) fn(i * s.kernel_w + j, row);
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The op as three matrix products C(m, n) = sum over k of A(m, k) B(n, k) over the P selected positions r,
-// the taps t = (c, i, j) of weight's layout and the output channels o (implicit GEMM: the operands are
-// gathered where they lie, no im2col buffer):
+// The CPU implementation: the op as three matrix products C(m, n) = sum over k of A(m, k) B(n, k) over the P
+// selected positions r, the taps t = (c, i, j) of weight's layout and the output channels o (implicit GEMM:
+// the operands are gathered where they lie, no im2col buffer):
 //   forward        out(r, o)   = sum over taps t       im2col(r, t) * weight(o, t)   (+ bias, to NCHW)
 //   d(im2col)      dcol(t, r)  = sum over channels o   grad(r, o) * weight(o, t)
 //   grad_weight    gw(t, o)    = sum over positions r  im2col(r, t) * grad(r, o)      (t = taps: the bias)
-// and grad_features, a gather of dcol over the kernel taps of each input pixel. The CUDA kernels and the CPU
-// loops share the operands and the stores below. An operand is read by rows: row(r) decodes row r once,
-// load4(row, k, k_end, v) gives the values at k..k+3, 0 at and past k_end and for a row past the end.
+// and grad_features, a gather of dcol over the kernel taps of each input pixel. An operand is read by rows:
+// row(r) decodes row r once, load4(row, k, k_end, v) gives the values at k..k+3, 0 at and past k_end and for a
+// row past the end.
 
 // The tensor (features or grad) that an operand reads at the selected positions, with the op's parameters
 // and shapes that place each position's window in it.
@@ -224,7 +234,28 @@ struct StorePartial {  // partials[z, o, t]
   }
 };
 
-// One product as both devices run it: C(m, n) = sum over k < k_size of A(m, k) B(n, k), k split into `chunks`
+// The weight gradient reduces over the selected positions in a fixed split that depends only on their
+// count: at most kMaskedConv2dMaxChunks chunks of at least kMaskedConv2dMinChunk positions (a multiple of 16),
+// each summed into its own [C_out, taps + 1] slice of partials (column `taps`: the bias), then the slices in
+// order. So the result does not depend on the thread split.
+inline constexpr std::int64_t kMaskedConv2dMaxChunks = 32;
+inline constexpr std::int64_t kMaskedConv2dMinChunk = 1024;
+
+constexpr std::int64_t masked_conv2d_chunk_length(std::int64_t count) {
+  const std::int64_t by_max = (count + kMaskedConv2dMaxChunks - 1) / kMaskedConv2dMaxChunks;
+  const std::int64_t len = by_max > kMaskedConv2dMinChunk ? by_max : kMaskedConv2dMinChunk;
+  return (len + 15) / 16 * 16;
+}
+
+constexpr std::int64_t masked_conv2d_chunks(std::int64_t count) {
+  return count == 0 ? 0 : (count + masked_conv2d_chunk_length(count) - 1) / masked_conv2d_chunk_length(count);
+}
+
+constexpr std::int64_t masked_conv2d_weight_partial_elements(const MaskedConv2dShape& s, std::int64_t count) {
+  return masked_conv2d_chunks(count) * s.out_channels * (s.taps() + 1);
+}
+
+// One product as the CPU runs it: C(m, n) = sum over k < k_size of A(m, k) B(n, k), k split into `chunks`
 // chunks of k_chunk (chunk z stored as store(m, n, z, value)).
 template <typename A, typename B, typename Store>
 struct MaskedConv2dProduct {
@@ -244,40 +275,42 @@ masked_conv2d_forward_product(const MaskedConv2dParams& p, const MaskedConv2dFor
           args.sel.count, s.out_channels, s.taps(), s.taps(), 1};
 }
 
+// dcol: taps x count elements.
 template <typename T>
 MaskedConv2dProduct<GradOfPosition<T, acc_t<T>>, WeightOfTap<T, acc_t<T>>, StoreDcol<acc_t<T>>>
-masked_conv2d_dcol_product(const MaskedConv2dParams& p, const MaskedConv2dBackwardInputArgs& args) {
+masked_conv2d_dcol_product(const MaskedConv2dParams& p, const MaskedConv2dBackwardInputArgs& args, acc_t<T>* dcol) {
   const MaskedConv2dShape& s = args.s;
   const std::int64_t count = args.sel.count;
   return {{{p, s, static_cast<const T*>(args.grad), args.sel.positions}, count},
           {static_cast<const T*>(args.weight), s.taps()},
-          {static_cast<acc_t<T>*>(args.dcol), count},
+          {dcol, count},
           count, s.taps(), s.out_channels, s.out_channels, 1};
 }
 
+// partials: masked_conv2d_weight_partial_elements(s, count) elements.
 template <typename T>
 MaskedConv2dProduct<TapOfPositions<T, acc_t<T>>, GradOfChannel<T, acc_t<T>>, StorePartial<acc_t<T>>>
-masked_conv2d_weight_product(const MaskedConv2dParams& p, const MaskedConv2dBackwardWeightArgs& args) {
+masked_conv2d_weight_product(const MaskedConv2dParams& p, const MaskedConv2dBackwardWeightArgs& args,
+                             acc_t<T>* partials) {
   const MaskedConv2dShape& s = args.s;
   const std::int64_t count = args.sel.count, taps1 = s.taps() + 1;
   return {{{p, s, static_cast<const T*>(args.features), args.sel.positions}},
           {{p, s, static_cast<const T*>(args.grad), args.sel.positions}},
-          {static_cast<acc_t<T>*>(args.partials), taps1, s.out_channels * taps1},
+          {partials, taps1, s.out_channels * taps1},
           taps1, s.out_channels, count, masked_conv2d_chunk_length(count), masked_conv2d_chunks(count)};
 }
 
 // grad_features element e = (n, c, h, w): the dcol entries [tap, row] of the selected positions reading the
-// pixel, in tap order.
+// pixel, in tap order. rows: the [N, H_out, W_out] map of rows.
 template <typename Acc>
 DETOPS_HD Acc masked_conv2d_col2im(const MaskedConv2dParams& p, const MaskedConv2dShape& s, const Acc* dcol,
-                                   const std::int64_t* rows, std::int64_t count, std::int64_t e) {
+                                   const std::int32_t* rows, std::int64_t count, std::int64_t e) {
   const std::int64_t w = e % s.width, h = (e / s.width) % s.height;
   const std::int64_t nc = e / (s.width * s.height), c = nc % s.in_channels, n = nc / s.in_channels;
   const Acc* dc = dcol + c * s.kernel_h * s.kernel_w * count;
   Acc acc = Acc(0);
-  masked_conv2d_for_each_hit(p, s, rows, n, h, w, [&](std::int64_t i, std::int64_t j, std::int64_t row) {
-    acc += dc[(i * s.kernel_w + j) * count + row];
-  });
+  masked_conv2d_for_each_hit(p, s, rows + n * s.out_height * s.out_width, h, w,
+                             [&](std::int64_t tap, std::int32_t row) { acc += dc[tap * count + row]; });
   return acc;
 }
 

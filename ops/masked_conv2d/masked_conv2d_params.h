@@ -11,6 +11,9 @@ namespace detops {
 struct MaskedConv2dParams {
   std::int64_t padding_h = 0, padding_w = 0;  // zero padding, >= 0
   std::int64_t stride_h = 1, stride_w = 1;    // >= 1
+  // CUDA only, a test hook: the most selected positions one im2col + GEMM chunk takes (> 0), or 0 for the
+  // launchers' own split (masked_conv2d.h). Not in the op's schema; the spec lowers it to cross chunk borders.
+  std::int64_t chunk_positions = 0;
 };
 
 // The output's size along one dimension: floor((in + 2 padding - kernel) / stride) + 1, as torch's conv2d.

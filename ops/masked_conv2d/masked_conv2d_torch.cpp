@@ -3,7 +3,8 @@
 // ops, each differentiable once. The mask gets no gradient. Registered with the op kit (docs/op-kit.md).
 #include "masked_conv2d/masked_conv2d_torch.h"
 
-#include <ATen/ops/cumsum.h>
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/zeros.h>
@@ -90,7 +91,7 @@ at::Tensor selected(const at::Tensor& mask, const MaskedConv2dShape& s) {
 }
 
 // The compaction of the selection: [P, 3] int64 rows (n, y, x) in increasing order (at::nonzero; on CUDA it
-// waits for the count).
+// waits for the count). P < 2^31: the CUDA launchers' map of rows is int32.
 struct Selection {
   at::Tensor positions;
   MaskedConv2dPositions view() const { return {positions.data_ptr<std::int64_t>(), positions.size(0)}; }
@@ -99,22 +100,34 @@ struct Selection {
 
 Selection compact(const at::Tensor& sel) {
   TORCH_INTERNAL_ASSERT(sel.dim() == 3, "masked_conv2d: the selection is [N, H_out, W_out]");
-  return {at::nonzero(sel).contiguous()};
+  Selection out{at::nonzero(sel).contiguous()};
+  TORCH_CHECK_VALUE(out.count() < (std::int64_t{1} << 31), kOp, ": mask selects ", out.count(),
+                    " positions; at most 2^31 - 1 are supported");
+  return out;
 }
 
-// The launcher (CUDA) or the CPU implementation, on the device of `like`.
+// The launcher (CUDA: with ATen's cuBLAS handle, TF32 as torch's matmuls allow it, and its workspace for
+// `pass`) or the CPU implementation, on the device of `like`.
 template <typename A>
-void run(const at::Tensor& like, const MaskedConv2dParams& p, const A& args, Launcher<MaskedConv2dParams, A>* launch,
-         CpuEntry<MaskedConv2dParams, A>* cpu) {
+void run(const at::Tensor& like, const MaskedConv2dParams& p, MaskedConv2dPass pass, A& args,
+         Launcher<MaskedConv2dParams, A>* launch, CpuEntry<MaskedConv2dParams, A>* cpu) {
   const DType dtype = floating_dtype_of(like, kOp, "features");
   run_on_device(
-      kOp, "features", like, [&](cudaStream_t stream) { launch(p, args, dtype, stream); },
+      kOp, "features", like,
+      [&](cudaStream_t stream) {
+        const auto bytes_of = [](at::ScalarType t) { return static_cast<std::int64_t>(c10::elementSize(t)); };
+        const std::int64_t bytes =
+            masked_conv2d_workspace(args.s, p, args.sel.count, pass, bytes_of(like.scalar_type()),
+                                    bytes_of(accumulation_scalar_type(like.scalar_type())))
+                .bytes;
+        const at::Tensor work = at::empty({bytes}, like.options().dtype(at::kByte));
+        args.workspace = work.data_ptr();
+        args.workspace_bytes = bytes;
+        args.blas = at::cuda::getCurrentCUDABlasHandle();
+        args.allow_tf32 = at::globalContext().allowTF32CuBLAS();
+        launch(p, args, dtype, stream);
+      },
       [&] { cpu(p, args, dtype, aten_parallel_for()); });
-}
-
-// An acc_t<T> workspace of n elements.
-at::Tensor workspace(const at::Tensor& like, std::int64_t n) {
-  return at::empty({n}, like.options().dtype(accumulation_scalar_type(like.scalar_type())));
 }
 
 void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
@@ -124,14 +137,15 @@ void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nu
 at::Tensor masked_conv2d_forward(const at::Tensor& features, const at::Tensor& mask, const at::Tensor& weight,
                                  const at::Tensor& bias, const MaskedConv2dParams& params) {
   const MaskedConv2dShape s = check_forward(features, mask, weight, bias, params);
-  at::Tensor out = at::zeros({s.batch, s.out_channels, s.out_height, s.out_width}, features.options());
-  if (out.numel() == 0) return out;
+  const std::vector<std::int64_t> shape{s.batch, s.out_channels, s.out_height, s.out_width};
   const Selection sel = compact(selected(mask, s));
-  if (sel.count() == 0) return out;
+  if (sel.count() == 0) return at::zeros(shape, features.options());
+  // CUDA writes every output element (0 where not selected); the CPU the selected positions only.
+  at::Tensor out = features.is_cuda() ? at::empty(shape, features.options()) : at::zeros(shape, features.options());
   const at::Tensor x = features.contiguous(), w = weight.contiguous();
   const at::Tensor b = bias.defined() ? bias.contiguous() : at::Tensor();
-  const MaskedConv2dForwardArgs args{{s, sel.view()}, x.data_ptr(), w.data_ptr(), data_or_null(b), out.data_ptr()};
-  run(features, params, args, &launch_masked_conv2d_forward, &run_masked_conv2d_forward_cpu);
+  MaskedConv2dForwardArgs args{{s, sel.view()}, x.data_ptr(), w.data_ptr(), data_or_null(b), out.data_ptr()};
+  run(features, params, MaskedConv2dPass::kForward, args, &launch_masked_conv2d_forward, &run_masked_conv2d_forward_cpu);
   return out;
 }
 
@@ -142,18 +156,13 @@ at::Tensor masked_conv2d_backward_input(const at::Tensor& grad, const at::Tensor
   check_grad(grad, weight, "weight", s);
   check_mask(mask, s);
   check_same_device(kOp, "grad", grad, "mask", mask);
-  at::Tensor grad_features = at::zeros(features_shape, grad.options());
-  if (grad_features.numel() == 0 || grad.numel() == 0) return grad_features;
-  const at::Tensor sel_3d = selected(mask, s), sel_flags = sel_3d.reshape({-1});
-  const Selection sel = compact(sel_3d);
-  if (sel.count() == 0) return grad_features;
-  // rows[(n, y, x)]: the position's row in sel (the same increasing order), -1 where not selected.
-  const at::Tensor rows = at::cumsum(sel_flags, 0, at::kLong).sub_(1).masked_fill_(sel_flags.logical_not(), -1);
+  const Selection sel = compact(selected(mask, s));
+  if (sel.count() == 0) return at::zeros(features_shape, grad.options());
+  at::Tensor grad_features = at::empty(features_shape, grad.options());  // every element written
   const at::Tensor g = grad.contiguous(), w = weight.contiguous();
-  const at::Tensor dcol = workspace(grad, masked_conv2d_dcol_elements(s, sel.count()));
-  const MaskedConv2dBackwardInputArgs args{{s, sel.view()}, g.data_ptr(), w.data_ptr(), rows.data_ptr<std::int64_t>(),
-                                           dcol.data_ptr(), grad_features.data_ptr()};
-  run(grad, params, args, &launch_masked_conv2d_backward_input, &run_masked_conv2d_backward_input_cpu);
+  MaskedConv2dBackwardInputArgs args{{s, sel.view()}, g.data_ptr(), w.data_ptr(), grad_features.data_ptr()};
+  run(grad, params, MaskedConv2dPass::kBackwardInput, args, &launch_masked_conv2d_backward_input,
+      &run_masked_conv2d_backward_input_cpu);
   return grad_features;
 }
 
@@ -162,16 +171,15 @@ std::tuple<at::Tensor, at::Tensor> masked_conv2d_backward_weight(const at::Tenso
                                                                  const MaskedConv2dParams& params) {
   const MaskedConv2dShape s = check_forward(features, mask, weight, at::Tensor(), params);
   check_grad(grad, features, "features", s);
-  at::Tensor grad_weight = at::zeros(weight.sizes(), features.options());
-  at::Tensor grad_bias = at::zeros({s.out_channels}, features.options());
-  if (grad.numel() == 0) return {grad_weight, grad_bias};
   const Selection sel = compact(selected(mask, s));
-  if (sel.count() == 0) return {grad_weight, grad_bias};
+  const at::TensorOptions o = features.options();
+  if (sel.count() == 0) return {at::zeros(weight.sizes(), o), at::zeros({s.out_channels}, o)};
+  at::Tensor grad_weight = at::empty(weight.sizes(), o), grad_bias = at::empty({s.out_channels}, o);  // all written
   const at::Tensor g = grad.contiguous(), x = features.contiguous();
-  const at::Tensor partials = workspace(grad, masked_conv2d_weight_partial_elements(s, sel.count()));
-  const MaskedConv2dBackwardWeightArgs args{{s, sel.view()}, g.data_ptr(), x.data_ptr(), partials.data_ptr(),
-                                            grad_weight.data_ptr(), grad_bias.data_ptr()};
-  run(grad, params, args, &launch_masked_conv2d_backward_weight, &run_masked_conv2d_backward_weight_cpu);
+  MaskedConv2dBackwardWeightArgs args{{s, sel.view()}, g.data_ptr(), x.data_ptr(), grad_weight.data_ptr(),
+                                      grad_bias.data_ptr()};
+  run(grad, params, MaskedConv2dPass::kBackwardWeight, args, &launch_masked_conv2d_backward_weight,
+      &run_masked_conv2d_backward_weight_cpu);
   return {grad_weight, grad_bias};
 }
 

@@ -207,7 +207,7 @@ def test_bias_of_another_floating_dtype_is_accepted_as_torchvision(device):
     torch.testing.assert_close(out, tv_deform_conv2d(x, off, w, b32.detach(), padding=1, mask=m))
     out.sum().backward()
     assert b32.grad.dtype == torch.float32
-    torch.testing.assert_close(b32.grad, torch.full((2,), 36.0))
+    torch.testing.assert_close(b32.grad, torch.full((2,), 36.0, device=device))
 
 
 def _bad_cases(device):

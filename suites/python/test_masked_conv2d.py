@@ -128,7 +128,9 @@ def test_all_one_mask_is_conv2d(dtype, device):
     x, w, b = _inputs(2, 5, 11, 12, 7, 3, 3, dtype, device, 51)
     mask = torch.ones(1, 6, 14, dtype=torch.bool, device=device)  # [1, ...]: every image
     out = detops.masked_conv2d(x, mask, w, b, (1, 2), (2, 1))
-    torch.testing.assert_close(out, F.conv2d(x, w, b, stride=(2, 1), padding=(1, 2)))
+    # conv2d in fp64 (cuDNN's fp32 convolution may use TF32), rounded to the dtype
+    expected = F.conv2d(x.double(), w.double(), b.double(), stride=(2, 1), padding=(1, 2)).to(dtype)
+    torch.testing.assert_close(out, expected)
 
 
 @pytest.mark.parametrize("device", devices())
@@ -223,6 +225,36 @@ def test_masked_conv2d_module(device):
     dilated = ops.MaskedConv2d(3, 4, 3, dilation=2).to(device)
     with pytest.raises(ValueError, match="dilation 1"):
         dilated(x.float(), mask)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available: the CPU path has no TF32 mode")
+def test_cuda_fp32_tf32_flag_follows_torch_matmul():
+    """The CUDA GEMMs run fp32 in fp32 unless torch.backends.cuda.matmul.allow_tf32 (the flag of mmcv's addmm):
+    with it off the forward and gradients are within fp32's tolerance of the fp64 truth, with it on within
+    TF32's (10-bit mantissa products, fp32 sums)."""
+    x, w, b = _inputs(2, 64, 20, 22, 64, 3, 3, torch.float32, "cuda", 131)
+    mask = (torch.rand(2, 20, 22, generator=_gen(132)) < 0.5).cuda()
+    ref_leaves = [t.double().requires_grad_() for t in (x, w, b)]
+    ref = truth(ref_leaves[0], mask, ref_leaves[1], ref_leaves[2], 1, 1)
+    go = torch.randn(ref.shape, generator=_gen(133), dtype=torch.float64).cuda()
+    ref.backward(go)
+    abs_leaves = [t.double().abs().requires_grad_() for t in (x, w, b)]
+    mag = truth(abs_leaves[0], mask, abs_leaves[1], abs_leaves[2], 1, 1)
+    mag.backward(go.abs())
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for allow, tol in ((False, TOL[torch.float32]), (True, (1e-4, 2 * 2.0 ** -11))):
+            torch.backends.cuda.matmul.allow_tf32 = allow
+            leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+            out = detops.masked_conv2d(leaves[0], mask, leaves[1], leaves[2], 1)
+            out.backward(go.float())
+            checks = [(out, ref, mag)] + [(l.grad, r.grad, m.grad) for l, r, m in zip(leaves, ref_leaves, abs_leaves)]
+            for what, (ours, r, m) in zip(("forward", "grad features", "grad weight", "grad bias"), checks):
+                r, m = r.detach(), m.detach()
+                err, bound = (ours.detach().double() - r).abs(), tol[0] + tol[1] * torch.maximum(r.abs(), m)
+                assert bool((err <= bound).all()), f"allow_tf32={allow} {what}: worst |err| {err.max().item():.3g}"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available: the CUDA determinism check needs a GPU")

@@ -1,7 +1,7 @@
 // masked_conv2d's op spec: seeded cases (batch 1 and 3, stride 1 and 2, padding 0 and 1, 1x1 and 3x3 kernels,
-// bias or none, all-zero, all-one, border and non-binary masks, the half-accumulation sums), the dense-conv2d
-// equivalence of an all-one mask and the 64-bit index checks (extra checks), bad inputs, determinism and the
-// FPN-level benchmarks.
+// bias or none, all-zero, all-one, border and non-binary masks, the half-accumulation sums and fp16 overflow of
+// partial sums, the CUDA launchers' position chunks), the dense-conv2d equivalence of an all-one mask and the
+// 64-bit index checks (extra checks), bad inputs, determinism and the FPN-level benchmarks.
 #include "kit/spec_prelude.h"
 
 #include "detops/harness/checks.h"
@@ -31,6 +31,12 @@ enum class HalfAccumulation {
   kForward,       // C_in * kh * kw = 4608 taps of features 24..40 times weights 0.5..1 / 64
   kGradFeatures,  // C_out * kh * kw = 4608 terms per pixel: grad 0.5..1 times weights 0.5..1
   kGradWeight,    // 4096 selected positions per weight (and bias) element: grad 0.5..1 times features 0.5..1
+  // fp16's range: features, weight and grad are +-128 with signs such that every forward output, features'
+  // gradient and weight's gradient is a sum of 16384-sized terms whose partial sums in k order pass 65504 (8 or
+  // more same-sign terms in a row) while the result is 0 (+ bias): a kernel that accumulates in fp16, or keeps a
+  // running sum in fp16 between position chunks, gets inf. 1x1 kernel, C_in = C_out = 16 (channels 0..7 +,
+  // 8..15 -), 16 x 16 map, all-one mask; features' sign flips at row 8, grad's at column 8 and channel 8.
+  kOverflow,
 };
 
 struct MaskedConv2dCaseConfig {
@@ -84,6 +90,21 @@ at::Tensor make_mask(const MaskedConv2dCaseConfig& cfg, at::Generator& gen) {
 }
 
 // Features, weight and bias: U[-1, 1), or the half-accumulation case's positive values.
+// +1 where t < threshold, -1 elsewhere.
+at::Tensor sign_below(const at::Tensor& t, std::int64_t threshold) { return 1.0 - 2.0 * (t >= threshold).to(at::kDouble); }
+
+// kOverflow's grad_output: 128 times + below channel C_out / 2 and below column W_out / 2, - otherwise.
+std::function<at::Tensor(const at::Tensor&, std::uint64_t)> overflow_grad_output() {
+  return [](const at::Tensor& out, std::uint64_t) {
+    const at::Tensor o = at::arange(out.size(1), f64()).view({1, -1, 1, 1});
+    const at::Tensor x = at::arange(out.size(3), f64()).view({1, 1, 1, -1});
+    return (128.0 * sign_below(o, out.size(1) / 2) * sign_below(x, out.size(3) / 2))
+        .expand(out.sizes())
+        .contiguous()
+        .to(out.options());
+  };
+}
+
 std::vector<at::Tensor> make_values(const MaskedConv2dCaseConfig& cfg, at::Generator& gen) {
   const std::vector<std::int64_t> xs{cfg.batch, cfg.in_channels, cfg.height, cfg.width};
   const std::vector<std::int64_t> ws{cfg.out_channels, cfg.in_channels, cfg.kernel_h, cfg.kernel_w};
@@ -96,6 +117,12 @@ std::vector<at::Tensor> make_values(const MaskedConv2dCaseConfig& cfg, at::Gener
       return {kit::half_accumulation_values(xs, gen), half_open(ws) / 64, half_open(bs)};
     case HalfAccumulation::kGradFeatures:
     case HalfAccumulation::kGradWeight: return {half_open(xs), half_open(ws), half_open(bs)};
+    case HalfAccumulation::kOverflow: {
+      const at::Tensor c = at::arange(cfg.in_channels, f64()).view({1, -1, 1, 1});
+      const at::Tensor h = at::arange(cfg.height, f64()).view({1, 1, -1, 1});
+      const at::Tensor x = 128.0 * sign_below(c, cfg.in_channels / 2) * sign_below(h, cfg.height / 2);
+      return {x.expand(xs).contiguous(), at::full(ws, 128.0, f64()), half_open(bs)};
+    }
   }
   throw std::invalid_argument("make_values: unknown kind");
 }
@@ -161,6 +188,12 @@ CaseData make_case(const MaskedConv2dCaseConfig& cfg, std::uint64_t seed) {
   };
   if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
   if (cfg.half != HalfAccumulation::kNone) d.make_grad_output = kit::half_accumulation_grad_output();
+  if (cfg.half == HalfAccumulation::kOverflow) {
+    d.make_grad_output = overflow_grad_output();
+    d.gradcheck_skip_reason =
+        "+-128 values whose 16384-sized terms cancel exactly: central differences in fp64 lose their digits to the "
+        "partial sums (the op's gradients are checked against the reference's)";
+  }
   return d;
 }
 
@@ -228,6 +261,26 @@ std::vector<OpCase> masked_conv2d_cases() {
   c.params = {1, 1, 1, 1}; c.mask = M::kAllOne; add("half_accumulation_grad_features_4608_terms", c);
   c = {}; c.half = HalfAccumulation::kGradWeight; c.in_channels = 2; c.out_channels = 2; c.kernel_h = c.kernel_w = 1;
   c.height = c.width = 64; c.mask = M::kAllOne; add("half_accumulation_grad_weight_4096_positions", c);
+  c.params.chunk_positions = 1000; add("half_accumulation_grad_weight_4096_positions_chunks_1000", c);
+  c = {}; c.half = HalfAccumulation::kGradFeatures; c.in_channels = 2; c.out_channels = 512; c.height = c.width = 6;
+  c.params = {1, 1, 1, 1, 7}; c.mask = M::kAllOne; add("half_accumulation_grad_features_chunks_7", c);
+  c = {}; c.half = HalfAccumulation::kOverflow; c.in_channels = c.out_channels = 16; c.kernel_h = c.kernel_w = 1;
+  c.height = c.width = 16; c.mask = M::kAllOne; add("half_overflow_of_partial_sums", c);
+  c.params.chunk_positions = 100; add("half_overflow_of_partial_sums_chunks_100", c);
+  // The CUDA launchers' chunks of positions (params.chunk_positions; the CPU ignores it): chunks that are not a
+  // multiple of the 16-element row alignment, exactly one, and one position each; C_out not a multiple of 8 with
+  // an odd number of taps (C_in = 3: 27).
+  c = {}; c.batch = 2; c.in_channels = 5; c.out_channels = 7; c.height = 11; c.width = 10; c.params = {1, 1, 1, 1, 37};
+  add("chunks_37_positions", c);
+  c = {}; c.mask = M::kAllOne; c.batch = 3; c.params = {1, 1, 2, 2, 16}; add("chunks_16_positions_all_one_stride2", c);
+  c = {}; c.mask = M::kBorder; c.kernel_h = c.kernel_w = 5; c.params = {2, 2, 1, 1, 1}; c.bias = false;
+  add("chunks_1_position_border_mask_5x5", c);
+  c = {}; c.out_channels = 13; c.height = 13; c.width = 12; c.params = {1, 1, 1, 1, 23}; add("odd_taps_27_out_channels_13_chunks_23", c);
+  c = {}; c.out_channels = 13; c.height = 13; c.width = 12; c.params = {1, 1, 1, 1}; add("odd_taps_27_out_channels_13", c);
+  // Every window crosses all four borders: a 9x9 kernel with padding 4 on a 4 x 4 map.
+  c = {}; c.kernel_h = c.kernel_w = 9; c.height = c.width = 4; c.params = {4, 4, 1, 1}; c.density = 0.6; c.batch = 2;
+  add("every_window_crosses_every_border_9x9", c);
+  c.params.chunk_positions = 5; add("every_window_crosses_every_border_9x9_chunks_5", c);
   return std::move(add.cases);
 }
 
@@ -497,9 +550,10 @@ OpSpec masked_conv2d_spec() {
   };
   spec.determinism.backward_cuda = true;
   spec.determinism.note =
-      "no atomics: every output and gradient element is one thread's sum in a fixed order (CUDA: the GEMM tiles' "
-      "k order, the kernel taps' order, fixed position chunks for grad_weight added in order; CPU: loops in "
-      "order), independent of the grid, the device and the CPU thread count (CPU and CUDA orders differ)";
+      "no atomics: CUDA: cuBLAS GEMMs (bitwise reproducible run to run on one GPU model), the features' gradient "
+      "gathered in the kernel taps' order, the bias gradient a fixed-order block sum, position chunks added in "
+      "order; CPU: every element one thread's sum in a fixed order, independent of the thread count (CPU and "
+      "CUDA orders differ)";
   spec.benchmarks = masked_conv2d_benchmarks();
   return spec;
 }
