@@ -14,9 +14,10 @@ struct CarafeShape {
   std::int64_t batch = 0, channels = 0, height = 0, width = 0;
 };
 
-// A thread of the forward and of the features' gradient computes up to kCarafeChannelChunk channels of one
-// group at one pixel, so the pixel's k k mask values are read once per chunk instead of once per channel
-// (carafe_kernel.cuh).
+// A CPU work item of the forward and of the features' gradient (and of the CUDA fallback kernels for windows
+// past the shared-memory budget) computes up to kCarafeChannelChunk channels of one group at one pixel, so the
+// pixel's k k mask values are read once per chunk instead of once per channel (carafe_kernel.cuh). The tiled
+// CUDA kernels' tile and chunk sizes are in carafe_cuda.cu.
 inline constexpr int kCarafeChannelChunk = 8;
 
 // out [N, C, H s, W s], every element written.

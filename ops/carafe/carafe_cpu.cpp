@@ -1,6 +1,7 @@
-// CARAFE on the CPU: the per-element math of carafe_kernel.cuh over the same work items as the CUDA kernels
-// (forward and features' gradient: a channel chunk at one pixel; masks' gradient: one mask element), split by
-// the framework's parallel_for. Each result is one fixed-order sum by one thread: independent of the split.
+// CARAFE on the CPU: the per-element math of carafe_kernel.cuh in work items (forward and features' gradient: a
+// channel chunk at one pixel; masks' gradient: one mask element), split by the framework's parallel_for; the
+// CUDA kernels tile the same sums in the same fixed order (carafe_cuda.cu). Each result is one fixed-order sum by
+// one thread: independent of the split.
 #include "carafe/carafe_kernel.cuh"
 #include "common/dispatch.h"
 #include "common/parallel_for.h"

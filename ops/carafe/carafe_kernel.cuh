@@ -1,5 +1,6 @@
 #pragma once
-// CARAFE: the per-element math shared by the CUDA kernels and the CPU implementation (DETOPS_HD), in T's
+// CARAFE: the per-element math of the CPU implementation and of the CUDA fallback kernels (DETOPS_HD; the tiled
+// CUDA kernels of carafe_cuda.cu compute the same sums in the same order from shared memory), in T's
 // accumulation type Acc = acc_t<T> (fp32 for fp16 / bf16 / fp32, fp64 for fp64). With r = (k - 1) / 2 and the
 // group g = c / (C / G) of channel c:
 //   out[n, c, y, x]            = sum over taps (i, j) of masks[n, g k k + i k + j, y, x] * features[n, c, y / s + i - r, x / s + j - r]

@@ -61,6 +61,14 @@ void transpose(const In* in, Out* out, std::int64_t batch, std::int64_t rows, st
 
 }  // namespace channels_last_detail
 
+// [batch, channels, pixels] of In -> [batch, pixels, channels] of Out (rounded through Acc): a channels-last copy
+// of a map for kernels that gather per (pixel, channel) with the channels on the lanes.
+template <typename In, typename Out, typename Acc = acc_t<Out>>
+void channels_first_to_last(const In* in, Out* out, std::int64_t batch, std::int64_t channels, std::int64_t pixels,
+                            cudaStream_t stream) {
+  channels_last_detail::transpose<In, Out, Acc>(in, out, batch, channels, pixels, stream);
+}
+
 // [batch, pixels, channels] of In -> [batch, channels, pixels] of Out (rounded through Acc).
 template <typename In, typename Out, typename Acc = acc_t<Out>>
 void channels_last_to_first(const In* in, Out* out, std::int64_t batch, std::int64_t pixels, std::int64_t channels,

@@ -83,9 +83,10 @@ constexpr std::int64_t deform_conv2d_column_capacity(const DeformConv2dShape& s)
 //   grad_columns   n * P_pad * C_in kh kw   acc
 //   grad_input_cl  n * H W * C_in       acc  the chunk's input gradient, channels last
 //   grad_weight_cl C_out * C_in kh kw / groups    acc
-// and, only when P is not a multiple of deform_conv2d_position_align(element_bytes) (16 bytes of T),
+// and, only when P_pad != P,
 //   padded         n * C_out * P_pad    T    the forward's GEMM output, the backward's copy of grad (zeros past P)
-// where P_pad = deform_conv2d_padded_positions: P rounded up to 16 bytes of T. The GEMMs run over P_pad positions,
+// where P_pad = deform_conv2d_padded_positions: P rounded up to 16 bytes of T (unless that adds more than P / 8
+// rows: then P). The GEMMs run over P_pad positions,
 // so every operand's contiguous extent is 16-byte aligned: with P itself (25 x 42 = 1050 at ResNet-50's stage
 // 5) cuBLAS falls back to its align-2 / align-1 kernels, 2-4x slower.
 struct DeformConv2dWorkspace {
@@ -94,14 +95,23 @@ struct DeformConv2dWorkspace {
   std::int64_t bytes = 0;    // the total
 };
 
-// The output positions' leading dimension in the GEMMs: P rounded up to 16 bytes of T.
+// The output positions' leading dimension in the GEMMs: P rounded up to 16 bytes of T, where that adds at most
+// P / 8 rows; else P (a map of a few positions, e.g. 1x1 with 2^31 channels, would multiply its columns'
+// memory, and its GEMMs are short in P anyway).
 constexpr std::int64_t deform_conv2d_position_align(std::int64_t element_bytes) {
   return element_bytes >= 16 ? 1 : 16 / element_bytes;
 }
 constexpr std::int64_t deform_conv2d_padded_positions(const DeformConv2dShape& s, std::int64_t element_bytes) {
-  const std::int64_t a = deform_conv2d_position_align(element_bytes);
-  return (s.positions() + a - 1) / a * a;
+  const std::int64_t a = deform_conv2d_position_align(element_bytes), p = s.positions();
+  const std::int64_t padded = (p + a - 1) / a * a;
+  return (padded - p) * 8 <= p ? padded : p;
 }
+// ResNet-50's stage 5 (25 x 42 = 1050 positions) in fp16 is padded to 1056; a 1x1 map and 4 x 5 in fp16 (24
+// would add 4 > 20 / 8 rows) are not; fp64 pads to even.
+static_assert(deform_conv2d_padded_positions(DeformConv2dShape{2, 512, 25, 42, 512, 3, 3, 25, 42}, 2) == 1056);
+static_assert(deform_conv2d_padded_positions(DeformConv2dShape{1, 8, 1, 1, 1, 1, 1, 1, 1}, 4) == 1);
+static_assert(deform_conv2d_padded_positions(DeformConv2dShape{1, 2, 4, 5, 3, 3, 3, 4, 5}, 2) == 20);
+static_assert(deform_conv2d_padded_positions(DeformConv2dShape{1, 3, 9, 10, 2, 3, 3, 9, 9}, 8) == 82);
 
 constexpr std::int64_t deform_conv2d_align256(std::int64_t bytes) { return (bytes + 255) / 256 * 256; }
 

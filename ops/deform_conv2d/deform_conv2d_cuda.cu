@@ -104,13 +104,19 @@ struct ChannelsLast {
   }
 };
 
-// The columns' rows per sample are P rounded up to 16 bytes of T (deform_conv2d_padded_positions).
+// The columns' rows per sample: P_pad, the host's deform_conv2d_padded_positions (the same constexpr function).
 template <typename T, typename Index>
 __device__ __forceinline__ ChannelsLast<Index> channels_last(const P& p, const S& s) {
-  constexpr std::int64_t kAlign = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
   return {static_cast<Index>(s.in_channels), static_cast<Index>(s.in_channels / p.groups),
           static_cast<Index>(s.kernel_taps()), static_cast<Index>(s.width), static_cast<Index>(s.height),
-          static_cast<Index>((s.positions() + kAlign - 1) / kAlign * kAlign)};
+          static_cast<Index>(deform_conv2d_padded_positions(s, sizeof(T)))};
+}
+
+// The next run of a lane after r: r + lanes, or `runs` (the end) where that would pass it. Never forms r + lanes
+// past runs, which with 32-bit indices wraps when runs is within `lanes` of 2^31 (2^31 - 1 channels, one run each).
+template <typename Index>
+__device__ __forceinline__ Index next_run(Index r, Index runs, Index lanes) {
+  return runs - r > lanes ? r + lanes : runs;
 }
 
 // The chunk's deformable im2col from the channels-last input: columns [n, P_pad, K], K ordered (group, tap,
@@ -130,7 +136,7 @@ __global__ void __launch_bounds__(kThreads)
     const bool sampled = deform_in_map(q.y, q.x, geo.height, geo.width) && deform_cell(q.y, q.x, geo.height, geo.width, cell);
     const Acc hy = Acc(1) - cell.ly, hx = Acc(1) - cell.lx;
     const Acc w00 = hy * hx * q.m, w01 = hy * cell.lx * q.m, w10 = cell.ly * hx * q.m, w11 = cell.ly * cell.lx * q.m;
-    for (Index r = q.lane; r < runs; r += lane_count) {
+    for (Index r = q.lane; r < runs; r = next_run(r, runs, lane_count)) {
       const Index c = q.og * geo.channels_per_offset_group + r * V;
       Acc v[V];
 #pragma unroll
@@ -211,7 +217,7 @@ __global__ void __launch_bounds__(kThreads)
     const bool in00 = near && cell.top && cell.left, in01 = near && cell.top && cell.right;
     const bool in10 = near && cell.bottom && cell.left, in11 = near && cell.bottom && cell.right;
     Acc gy = 0, gx = 0, gm = 0;
-    for (Index r = q.lane; r < runs; r += lane_count) {
+    for (Index r = q.lane; r < runs; r = next_run(r, runs, lane_count)) {
       const Index c = q.og * geo.channels_per_offset_group + r * V;
       const Index col = cl.column(q.b, q.pos, q.k, c);
       const Run<Acc, V> gcol = load_run<Acc, V>(grad_columns + col);
@@ -346,7 +352,7 @@ template <typename T>
 struct Parts {
   T *columns, *input_cl, *weight_cl;
   acc_t<T> *grad_columns, *grad_input_cl, *grad_weight_cl;
-  T* padded;  // nullptr when P is aligned (deform_conv2d.h)
+  T* padded;  // nullptr when P_pad == P (deform_conv2d.h)
 };
 
 template <typename T>
@@ -365,26 +371,37 @@ Parts<T> carve(const P& p, const DeformConv2dProblem& a, bool backward) {
 }
 
 // How a point's channels spread over threads: runs of `run` elements, `lanes` threads per point (a power of
-// two up to 32, about the runs per offset group).
+// two up to max_lanes, about the runs per offset group).
 struct Spread {
   bool vector;  // run = kRun<T>, else 1
   int lanes;
 };
 
 template <typename T>
-Spread spread(const P& p, const S& s) {
+Spread spread(const P& p, const S& s, std::int64_t max_lanes) {
   const std::int64_t per_offset_group = s.in_channels / p.offset_groups, per_group = s.in_channels / p.groups;
   const bool vector = per_offset_group % kRun<T> == 0 && per_group % kRun<T> == 0;
   const std::int64_t runs = per_offset_group / (vector ? kRun<T> : 1);
   int lanes = 1;
-  while (lanes < 32 && lanes < runs) lanes *= 2;
+  while (lanes < max_lanes && lanes < runs) lanes *= 2;
   return {vector, lanes};
 }
 
-// A point kernel over the chunk: kernel_of(Index tag, V) for the chunk's index width and run.
+// The lanes per point of a kernel without a reduction over them (the forward's im2col): a warp, or, for a chunk
+// of few points (a 1x1 map of 2^31 channels has one per tap), up to 2^21 threads in all.
+std::int64_t wide_lanes(const P& p, const S& s, const Chunk& ch) {
+  const std::int64_t points = ch.count * s.positions() * s.kernel_taps() * p.offset_groups;
+  std::int64_t lanes = 32;
+  while (lanes < (std::int64_t{1} << 20) && lanes * 2 * points <= (std::int64_t{1} << 21)) lanes *= 2;
+  return lanes;
+}
+
+// A point kernel over the chunk: kernel_of(Index tag, V) for the chunk's index width and run, with up to
+// max_lanes threads per point (a power of two; 32 where the kernel reduces over a point's lanes in a warp).
 template <typename T, typename KernelOf, typename... Args>
-void launch_points(KernelOf&& kernel_of, const P& p, const S& s, const Chunk& ch, cudaStream_t stream, Args&&... args) {
-  const Spread sp = spread<T>(p, s);
+void launch_points(KernelOf&& kernel_of, const P& p, const S& s, const Chunk& ch, cudaStream_t stream,
+                   std::int64_t max_lanes, Args&&... args) {
+  const Spread sp = spread<T>(p, s, max_lanes);
   const std::int64_t threads = ch.count * s.positions() * s.kernel_taps() * p.offset_groups * sp.lanes;
   if (threads == 0) return;
   const auto launch = [&](auto run) {
@@ -442,7 +459,7 @@ void launch_deform_conv2d_forward(const P& p, const DeformConv2dForwardArgs& a, 
     for_each_chunk(p, s, pad_pos, [&](const Chunk& ch) {
       T* const out_final = at<T>(a.out, ch.b0 * s.out_channels * pos);
       // The GEMM runs over P_pad positions (P rounded up to 16 bytes: cuBLAS's aligned kernels need the positions'
-      // extent aligned, not only the leading dimension) and writes out_final, or when P is unaligned the padded
+      // extent aligned, not only the leading dimension) and writes out_final, or when P_pad != P the padded
       // [n, C_out, P_pad] workspace, copied into out_final after it (deform_conv2d.h).
       const bool padded = w.padded != nullptr && kg > 0;
       const std::int64_t ldo = padded ? pad_pos : pos;
@@ -460,7 +477,7 @@ void launch_deform_conv2d_forward(const P& p, const DeformConv2dForwardArgs& a, 
       const std::int64_t offset_rows = 2 * p.offset_groups * s.kernel_taps();
       transpose(at<T>(a.input, ch.b0 * s.in_channels * pixels), w.input_cl, ch.count, s.in_channels, pixels, stream);
       launch_points<T>([](auto i, auto run) { return &deform_conv2d_im2col_kernel<T, type_of<decltype(i)>, decltype(run)::value>; },
-                       p, s, ch, stream, w.input_cl, at<T>(a.offset, ch.b0 * offset_rows * pos),
+                       p, s, ch, stream, wide_lanes(p, s, ch), w.input_cl, at<T>(a.offset, ch.b0 * offset_rows * pos),
                        p.use_mask ? at<T>(a.mask, ch.b0 * offset_rows / 2 * pos) : nullptr, w.columns);
       zero_pad_rows(w.columns, ch.count, pos, ldo, s.column_rows(), stream);
       for (std::int64_t g = 0; g < p.groups; ++g) {
@@ -527,7 +544,7 @@ void launch_deform_conv2d_backward(const P& p, const DeformConv2dBackwardArgs& a
       DETOPS_CUDA_CHECK(cudaMemsetAsync(w.grad_input_cl, 0, ch.count * s.in_channels * pixels * sizeof(Acc), stream));
       launch_points<T>(
           [](auto i, auto run) { return &deform_conv2d_sample_grad_kernel<T, type_of<decltype(i)>, decltype(run)::value>; },
-          p, s, ch, stream, w.grad_columns, w.input_cl, at<T>(a.offset, ch.b0 * offset_rows * pos),
+          p, s, ch, stream, 32, w.grad_columns, w.input_cl, at<T>(a.offset, ch.b0 * offset_rows * pos),
           p.use_mask ? at<T>(a.mask, ch.b0 * mask_rows * pos) : nullptr, w.grad_input_cl, w.columns,
           at<T>(a.grad_offset, ch.b0 * offset_rows * pos), p.use_mask ? at<T>(a.grad_mask, ch.b0 * mask_rows * pos) : nullptr);
       channels_last_to_first<Acc, T>(w.grad_input_cl, at<T>(a.grad_input, ch.b0 * s.in_channels * pixels), ch.count,

@@ -46,6 +46,12 @@ void require_mask(const at::Tensor& mask) {
 
 at::Tensor contiguous_or_undefined(const at::Tensor& t) { return t.defined() ? t.contiguous() : at::Tensor(); }
 const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+void* buffer_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// The CUDA launchers' buffer for a channels-last copy of input: [batch, height, width, channels].
+at::Tensor channels_last_workspace(const RoiShape& s, const at::Tensor& input) {
+  return at::empty({s.batch, s.height, s.width, s.channels}, input.options());
+}
 
 at::Tensor forward(const char* op, const at::Tensor& input, const at::Tensor& rois, const at::Tensor& offset,
                    const at::Tensor& mask, const P& params) {
@@ -56,10 +62,17 @@ at::Tensor forward(const char* op, const at::Tensor& input, const at::Tensor& ro
   check_bin_tensor(op, "mask", mask, 1, input, s.num_rois, params);
   at::Tensor output = at::empty(roi_output_shape(s, params), input.options());
   if (output.numel() == 0) return output;
-  const at::Tensor input_c = input.contiguous(), rois_c = rois.contiguous();
+  // CUDA reads the map channels last when deform_roi_pool.h's rule says so: input itself when it is channels last,
+  // else the launcher's copy in a workspace.
+  const bool input_channels_last = input.is_contiguous(at::MemoryFormat::ChannelsLast);
+  const bool channels_last =
+      input.is_cuda() && deform_roi_pool_forward_channels_last(params, s, input.element_size(), input_channels_last);
+  const at::Tensor input_c = channels_last && input_channels_last ? input : input.contiguous();
+  const at::Tensor workspace = channels_last && !input_channels_last ? channels_last_workspace(s, input) : at::Tensor();
+  const at::Tensor rois_c = rois.contiguous();
   const at::Tensor offset_c = contiguous_or_undefined(offset), mask_c = contiguous_or_undefined(mask);
   DeformRoiPoolForwardArgs args{{s, input_c.data_ptr(), rois_c.data_ptr(), output.data_ptr()}, data_or_null(offset_c),
-                                data_or_null(mask_c)};
+                                data_or_null(mask_c), channels_last && input_channels_last, buffer_or_null(workspace)};
   run_roi_launcher(op, "input", input, rois_c, params, args, dtype, &launch_deform_roi_pool_forward,
                    &run_deform_roi_pool_forward_cpu);
   return output;
@@ -111,11 +124,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> deform_roi_pool_backward(const at
   run_roi_op(
       kOp, "grad", grad, rois_c, s.batch,
       [&](cudaStream_t stream, unsigned long long* invalid) {
-        // Channels last, as the scatter walks the map (deform_roi_pool.h); free when input already is.
-        if (values) input_read = input.contiguous(at::MemoryFormat::ChannelsLast);
+        // Channels last, as the scatter walks the map (deform_roi_pool.h): input itself when it is, else the
+        // launcher's copy in a workspace.
+        at::Tensor workspace;
+        if (values) {
+          args.input_channels_last = input.is_contiguous(at::MemoryFormat::ChannelsLast);
+          input_read = args.input_channels_last ? input : input.contiguous();
+          if (!args.input_channels_last) workspace = channels_last_workspace(s, input);
+        }
         const at::Tensor acc_nhwc = zeros_acc({s.batch, s.height, s.width, s.channels}, grad);
         grad_input = at::empty(input.sizes(), grad.options());
         args.input = data_or_null(input_read);
+        args.channels_last_workspace = buffer_or_null(workspace);
         args.grad_input_acc = acc_nhwc.data_ptr();
         args.grad_input = grad_input.data_ptr();
         args.first_invalid_roi = invalid;

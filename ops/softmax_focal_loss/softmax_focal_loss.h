@@ -19,10 +19,10 @@ namespace detops {
 using SoftmaxFocalLossForwardArgs = LogitLossForwardArgs;
 using SoftmaxFocalLossBackwardArgs = LogitLossBackwardArgs;
 
-// CUDA launchers (common/entry_points.h). One warp per row (one block for rows of at least
-// kSoftmaxFocalBlockRowClasses classes). No atomics on values: each loss and gradient element is written by
-// one thread; 'mean' / 'sum' reduce fixed chunks of rows with a fixed tree, then the chunk sums in one block,
-// so the result is bitwise reproducible.
+// CUDA launchers (common/entry_points.h). Rows of fewer than kSoftmaxFocalBlockRowClasses classes: tiles of rows
+// copied into shared memory, a group of lanes per row (softmax_focal_loss_cuda.cu); longer rows: a block per row.
+// No atomics on values: each loss and gradient element is written by one thread; 'mean' / 'sum' reduce fixed
+// chunks of rows with a fixed tree, then the chunk sums in one block, so the result is bitwise reproducible.
 //
 // CPU implementations over the same per-row math, split over rows; reductions by chunked_sum over the same
 // chunks of rows, so results do not depend on the split.

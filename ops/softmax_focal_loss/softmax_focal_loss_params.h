@@ -28,7 +28,8 @@ constexpr std::int64_t softmax_focal_loss_chunk_count(std::int64_t rows) {
   return (rows + kSoftmaxFocalChunkRows - 1) / kSoftmaxFocalChunkRows;
 }
 
-// CUDA: rows of at least this many classes are reduced by a whole block (256 threads) instead of a warp.
+// CUDA: rows of at least this many classes are reduced by a whole block (256 threads), shorter rows by the tile
+// kernels.
 inline constexpr std::int64_t kSoftmaxFocalBlockRowClasses = 2048;
 
 }  // namespace detops

@@ -72,7 +72,8 @@ def check_forward_backward(x, masks, k, g, s, grad_output=None, what=""):
 
 
 # (batch, channels, h, w, kernel_size, group_size, scale_factor): every kernel_size 1, 3, 5, 7 with every scale
-# 1..4 and group sizes 1, 2, 4; channel counts around the kernels' 8-channel chunks; maps smaller than the window.
+# 1..4 and group sizes 1, 2, 4; channel counts around the kernels' 8- and 16-channel chunks; maps smaller than the
+# window; the CUDA kernels' tile edges.
 CONFIGS = [
     (2, 3, 5, 6, 1, 1, 1), (1, 6, 5, 6, 1, 2, 2), (2, 12, 5, 6, 1, 4, 3), (1, 3, 5, 6, 1, 1, 4),
     (2, 6, 5, 6, 3, 2, 1), (1, 12, 5, 6, 3, 4, 2), (2, 3, 5, 6, 3, 1, 3), (1, 6, 5, 6, 3, 2, 4),
@@ -82,6 +83,9 @@ CONFIGS = [
     (3, 34, 4, 5, 5, 2, 2),   # 17 channels per group: two full chunks and a ragged one
     (1, 4, 1, 1, 7, 1, 2),    # a 1 x 1 map
     (2, 4, 13, 2, 3, 2, 3),   # a tall, narrow map
+    # The CUDA kernels' 8 x 32 pixel tiles and 16-channel chunks: maps one short of, at and one past a tile
+    (1, 17, 7, 31, 5, 1, 2), (2, 34, 8, 32, 5, 2, 2), (1, 20, 9, 33, 3, 4, 2), (1, 3, 17, 65, 5, 1, 1),
+    (2, 7, 3, 4, 7, 1, 3), (1, 10, 2, 5, 7, 2, 4),  # k 7 at scales 3 and 4 on maps smaller than the window
 ]
 
 

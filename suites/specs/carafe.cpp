@@ -177,6 +177,19 @@ std::vector<OpCase> carafe_cases() {
   add("half_accumulation_grad_features_5184_terms", c);
   c = {}; c.half = H::kGradMasks; c.batch = 1; c.channels = 4096; c.height = c.width = 3; c.params = {3, 1, 1};
   add("half_accumulation_grad_masks_4096_channels", c);
+  // The CUDA kernels' tiles (carafe_cuda.cu): 8 x 32 feature pixels per block, 16 channels per register chunk
+  // (8 in fp64), 4 of a source pixel's s s outputs per pass, 13 taps per pass of the masks' gradient, feature
+  // windows of as many channels as fit 48 KB (masks' gradient), grad windows of s s planes in 112 KB (features'
+  // gradient). Maps one short of, exactly and one past a tile (7 x 31, 8 x 32, 9 x 33), several tiles each way
+  // (17 x 65), channel counts past a chunk, k 7 at scales 3 and 4 on maps smaller than the window, groups 2 / 4.
+  c = {}; c.params = {5, 1, 2}; c.channels = 17; c.height = 7; c.width = 31; add("tile_edges_7x31_k5_c17", c);
+  c = {}; c.params = {5, 2, 2}; c.channels = 34; c.height = 8; c.width = 32; add("tile_edges_8x32_k5_g2_c34", c);
+  c = {}; c.params = {3, 4, 2}; c.channels = 20; c.height = 9; c.width = 33; add("tile_edges_9x33_k3_g4_c20", c);
+  c = {}; c.params = {5, 1, 1}; c.channels = 3; c.batch = 1; c.height = 17; c.width = 65; add("tiles_3x3_17x65_s1", c);
+  c = {}; c.params = {5, 1, 2}; c.channels = 29; c.height = 5; c.width = 6; add("group_channels_29_window_passes", c);
+  c = {}; c.params = {7, 1, 3}; c.channels = 7; c.height = 3; c.width = 4; add("map_3x4_smaller_than_k7_s3", c);
+  c = {}; c.params = {7, 2, 4}; c.channels = 10; c.height = 2; c.width = 5; add("map_2x5_smaller_than_k7_s4_g2", c);
+  c = {}; c.params = {7, 4, 3}; c.channels = 8; c.batch = 1; c.height = 9; c.width = 33; add("k7_s3_g4_9x33", c);
   return std::move(add.cases);
 }
 

@@ -589,12 +589,19 @@ harness::CheckResult check_large_index(DType dtype, LargeSize size, bool backwar
 }
 
 // [1, C, 1, 1] per-channel values on the device: sin(0.7 (c mod 8191) + 0.3 (c mod 127)) * scale + shift (the
-// two periods make a value repeat only every 1,040,257 channels).
+// two periods make a value repeat only every 1,040,257 channels). Formed in slices of 2^26 channels: int64
+// temporaries over all 2^31 would take 48 GB beside the op's own ~40 GB (out of memory on an 80 GB GPU).
 at::Tensor channel_formula(std::int64_t channels, double scale, double shift, at::ScalarType st) {
-  const at::Tensor c = at::arange(channels, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
-  at::Tensor t = c.remainder(8191).to(at::kFloat).mul_(0.7).add_(c.remainder(127).to(at::kFloat).mul_(0.3));
-  t.sin_().mul_(scale).add_(shift);
-  return t.to(st).view({1, channels, 1, 1});
+  at::Tensor out = at::empty({channels}, at::TensorOptions().device(at::kCUDA).dtype(st));
+  constexpr std::int64_t kSlice = std::int64_t{1} << 26;
+  for (std::int64_t c0 = 0; c0 < channels; c0 += kSlice) {
+    const std::int64_t c1 = std::min(channels, c0 + kSlice);
+    const at::Tensor c = at::arange(c0, c1, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
+    at::Tensor t = c.remainder(8191).to(at::kFloat).mul_(0.7).add_(c.remainder(127).to(at::kFloat).mul_(0.3));
+    t.sin_().mul_(scale).add_(shift);
+    out.narrow(0, c0, c1 - c0).copy_(t);
+  }
+  return out.view({1, channels, 1, 1});
 }
 
 // The channels of check_large_channels' sparse input that are not 0.

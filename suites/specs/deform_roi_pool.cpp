@@ -46,6 +46,7 @@ struct DeformRoiPoolCaseConfig : kit::RoiCaseShape {
   bool noncontiguous_offset = false; // the op gets offset (and mask) with their last two dimensions transposed in memory
   bool half_accumulation = false;    // features from kit::half_accumulation_values, grad_output positive
   bool equals_roi_align = false;     // the forward is also compared bit for bit with roi_align(aligned=True)
+  bool channels_last_input = false;  // the op gets input in channels-last memory format
 };
 
 // The tolerance scale of fp32, shared with the roi_align comparison's judge.
@@ -218,14 +219,18 @@ CaseData make_case(const DeformRoiPoolCaseConfig& cfg, const std::string& name, 
   const P p = cfg.params;
   auto pick = [](const Tensors& in, int at) { return at >= 0 ? in[static_cast<size_t>(at)] : at::Tensor(); };
   d.op_forward = [=](const Tensors& in) {
-    const at::Tensor x = cfg.noncontiguous_input ? kit::w_major(in[0]) : in[0];
+    const at::Tensor x = cfg.noncontiguous_input  ? kit::w_major(in[0])
+                         : cfg.channels_last_input ? in[0].contiguous(at::MemoryFormat::ChannelsLast)
+                                                   : in[0];
     const at::Tensor r = cfg.noncontiguous_rois ? kit::row_stride_10(in[1]) : in[1];
     const at::Tensor o = strided(pick(in, offset_at), cfg.noncontiguous_offset);
     if (mask_at < 0) return Tensors{deform_roi_pool_forward(x, r, o, p)};
     return Tensors{modulated_deform_roi_pool_forward(x, r, o, strided(pick(in, mask_at), cfg.noncontiguous_offset), p)};
   };
   d.op_backward = [=](const Tensors& in, const Tensors& grad) {
-    const at::Tensor x = cfg.noncontiguous_input ? kit::w_major(in[0]) : in[0];
+    const at::Tensor x = cfg.noncontiguous_input  ? kit::w_major(in[0])
+                         : cfg.channels_last_input ? in[0].contiguous(at::MemoryFormat::ChannelsLast)
+                                                   : in[0];
     const at::Tensor r = cfg.noncontiguous_rois ? kit::row_stride_10(in[1]) : in[1];
     const auto [gi, go, gm] = deform_roi_pool_backward(grad[0], x, r, strided(pick(in, offset_at), cfg.noncontiguous_offset),
                                                        strided(pick(in, mask_at), cfg.noncontiguous_offset), p);
@@ -334,6 +339,19 @@ std::vector<OpCase> deform_roi_pool_cases() {
   c = {}; c.params = {0.25, 7, 7, 2, 0.1}; c.channels = 64; c.height = 9; c.width = 11; add("many_channels", c);
   c = {}; c.params = {0.25, 3, 3, 2, 0.1}; c.channels = 33; c.modulated = true; add("modulated_33_channels", c);
   c = {}; c.params = {0.25, 2, 3, 1, 0.1}; c.channels = 5; c.num_rois = 40; c.modulated = true; add("modulated_5_channels_many_rois", c);
+  // CUDA's two forward kernels (deform_roi_pool.h): channels last when there are at least map / 16 outputs or the
+  // input is channels last, and the output tile (bins x (32 L + 1) elements, about 258 bytes a bin in every dtype)
+  // fits in 96 KB; else channels first. Most cases above take the channels-last kernel (14x14: a 51 KB tile, past
+  // the 48 KB default; modulated_33_channels and many_channels: a second, partial tile in fp64, L = 1;
+  // more_than_65535_rois: more block items than the grid); these take the other one (few rois on a large map; a
+  // 20x20 tile of 103-106 KB) or force channels last (a channels-last input with few rois), and 300 channels are 3
+  // tiles in fp16 and bf16 (L = 4), the last one partial.
+  c = {}; c.params = {0.25, 7, 7, 2, 0.1}; c.num_rois = 2; c.height = 40; c.width = 48; c.modulated = true;
+  add("modulated_few_rois_channels_first", c);
+  c.channels_last_input = true; add("modulated_few_rois_channels_last_input", c);
+  c = {}; c.params = {0.25, 20, 20, 2, 0.1}; c.num_rois = 4; c.channels = 35; add("pooled_20x20_tile_past_96kb", c);
+  c = {}; c.params = {0.125, 3, 3, 2, 0.1}; c.num_rois = 5; c.channels = 300; c.height = 8; c.width = 10; c.modulated = true;
+  add("modulated_300_channels_partial_last_tile", c);
   // Real-model scale: FPN P2 of an 800x1344 image (200x336 at 1/4), box head 7x7, sampling_ratio 2; P5 (25x42
   // at 1/32), adaptive. (An adaptive grid on P2 puts up to ~48 x 48 samples in a bin of a large roi: thousands
   // of sample positions per roi, which no roi placement keeps all kLineMargin off the pixel lines.)

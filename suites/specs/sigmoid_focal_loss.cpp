@@ -269,6 +269,16 @@ std::vector<OpCase> mmcv_cases() {
   c = {}; c.classes = 80; c.n = 1250; c.reduction = R::kSum; c.background = 0.5; c.logits = Logits::kSmall; add("sum_100000_half_accumulation", c);
   c = {}; c.classes = 3; c.n = 2049; c.reduction = R::kSum; add("sum_chunk_edges_6147", c);
   c = {}; c.n = 1; c.classes = 1; add("single_element_mean", c);
+  // CUDA loads 16-byte Packs (2 fp64, 4 fp32, 8 fp16/bf16 logits) when C is at least a Pack's width: with C = 9 a
+  // Pack crosses a row end in every dtype, so an element given the wrong row's target or class weight fails, and 9
+  // rows' numel is odd (a scalar tail); C = 8 is a Pack per fp16 row (the first C taking Packs there) and C = 7 the
+  // last below it (the scalar kernels in fp16/bf16, Packs crossing rows in fp32). 'sum' over 4500 elements crosses
+  // chunk ends (2048) inside rows.
+  c = {}; c.classes = 9; c.n = 37; c.weighted = true; c.reduction = R::kNone; add("classes_9_packs_cross_rows_weighted_none", c);
+  c = {}; c.classes = 9; c.n = 500; c.weighted = true; c.reduction = R::kSum; add("classes_9_packs_cross_rows_weighted_sum", c);
+  c = {}; c.classes = 9; c.n = 41; c.reduction = R::kNone; c.stride0_grad = true; add("classes_9_packs_stride0_grad", c);
+  c = {}; c.classes = 8; c.n = 25; c.weighted = true; c.reduction = R::kNone; add("classes_8_pack_per_fp16_row_none", c);
+  c = {}; c.classes = 7; c.n = 25; c.weighted = true; c.reduction = R::kMean; add("classes_7_below_fp16_pack_mean", c);
   kit::add_class_target_layout_cases(add);
   c = {}; c.logits = Logits::kNaN; c.reduction = R::kNone; add("nan_logits_propagate", c);
   return std::move(add.cases);
@@ -346,6 +356,25 @@ std::vector<BadInputCase> mmcv_bad_inputs() {
         sigmoid_focal_loss_mmcv_backward(at::ones({}, f32_on(d)), at::zeros({2, 3}, f32_on(d)), targets(d, {0, 7}),
                                          at::Tensor(), kMmcvMean); },
           {"target[1] = 7"});
+  // 40 rows of 9 classes: CUDA's vectorized kernels (a Pack crossing rows) report the first invalid row (23, not
+  // 31, whichever Pack gets there first) in each reduction and in the backward.
+  auto two_invalid = [=](const at::Device& d) {
+    std::vector<std::int64_t> t(40);
+    for (std::int64_t i = 0; i < 40; ++i) t[i] = i % 10;  // 9 = background
+    t[23] = 10;
+    t[31] = -2;
+    return targets(d, t);
+  };
+  bad.add("target_invalid_packed_rows_none", [=](const at::Device& d) {
+        sigmoid_focal_loss_mmcv_forward(at::zeros({40, 9}, f32_on(d)), two_invalid(d), at::Tensor(), kMmcvNone); },
+          {"target[23] = 10", "[0, 9]"});
+  bad.add("target_invalid_packed_rows_mean", [=](const at::Device& d) {
+        sigmoid_focal_loss_mmcv_forward(at::zeros({40, 9}, f32_on(d)), two_invalid(d), at::ones({9}, f32_on(d)), kMmcvMean); },
+          {"target[23] = 10", "[0, 9]"});
+  bad.add("backward_target_invalid_packed_rows", [=](const at::Device& d) {
+        sigmoid_focal_loss_mmcv_backward(at::ones({40, 9}, f32_on(d)), at::zeros({40, 9}, f32_on(d)), two_invalid(d),
+                                         at::Tensor(), kMmcvNone); },
+          {"target[23] = 10"});
   bad.add("weight_wrong_length", [=](const at::Device& d) {
         sigmoid_focal_loss_mmcv_forward(at::zeros({2, 3}, f32_on(d)), targets(d, {0, 1}), at::ones({4}, f32_on(d)), kMmcvMean); },
           {"weight", "shape [3]", "[4]"});

@@ -5,6 +5,7 @@
 // shapes (COCO's 81 and LVIS's 1204 classes).
 #include "kit/spec_prelude.h"
 
+#include "detops/harness/checks.h"
 #include "detops/reference/softmax_focal_loss_reference.h"
 #include "kit/class_target_cases.h"
 #include "kit/feature_cases.h"
@@ -28,6 +29,7 @@ enum class Targets {
   kUniform,  // uniform over [0, C)
   kArgmax,   // the row's largest logit: p_t >= 1 / C (close to 1 for large logits: q = 1 - p_t tiny)
   kArgmin,   // the row's smallest logit: p_t tiny for large logits
+  kEdges,    // class 0 in rows 0, 3, 6, ..., class C - 1 in rows 1, 4, 7, ..., uniform in the others
 };
 
 struct SoftmaxFocalCaseConfig {
@@ -40,6 +42,8 @@ struct SoftmaxFocalCaseConfig {
   Targets targets = Targets::kUniform;
   bool noncontiguous = false;
   bool stride0_grad = false;
+  bool offset_view = false;  // the op sees the logits one element into a larger buffer: not 16-byte aligned
+  const char* gradcheck_skip = nullptr;  // why finite differences are left out (the grid-streaming cases)
 };
 
 at::Tensor make_logits(Logits kind, at::Generator& gen, std::int64_t n, std::int64_t c) {
@@ -65,6 +69,12 @@ at::Tensor make_target(const SoftmaxFocalCaseConfig& cfg, const at::Tensor& x, a
     case Targets::kUniform: t = at::randint(0, cfg.classes, {cfg.n}, gen, i64); break;
     case Targets::kArgmax: t = x.argmax(1); break;
     case Targets::kArgmin: t = x.argmin(1); break;
+    case Targets::kEdges: {
+      const at::Tensor rows = at::arange(cfg.n, i64) % 3;
+      const at::Tensor uniform = at::randint(0, cfg.classes, {cfg.n}, gen, i64);
+      t = at::where(rows == 0, at::zeros_like(rows), at::where(rows == 1, at::full_like(rows, cfg.classes - 1), uniform));
+      break;
+    }
   }
   const at::Tensor ignored = at::rand({cfg.n}, gen, f64()) < cfg.ignored;
   const at::Tensor negative = -1 - (at::arange(cfg.n, i64) % 3) * (at::arange(cfg.n, i64) % 7);  // -1 mostly
@@ -76,12 +86,35 @@ const kit::ClassTargetLoss<SoftmaxFocalLossParams, reference::Vectord, reference
     &softmax_focal_loss_forward, &softmax_focal_loss_backward, &reference::softmax_focal_loss_forward,
     &reference::softmax_focal_loss_backward};
 
+// x's values in a contiguous view that starts one element into a buffer of x.numel() + 1 elements: the
+// allocation's alignment is lost (the CUDA kernels' 16-byte copies of such logits start at a partial pack, and
+// grad_input, a fresh allocation, no longer shares their alignment).
+at::Tensor offset_view(const at::Tensor& x) {
+  at::Tensor v = at::empty({x.numel() + 1}, x.options()).narrow(0, 1, x.numel()).view(x.sizes());
+  v.copy_(x);
+  return v;
+}
+
 CaseData make_case(const SoftmaxFocalCaseConfig& cfg, std::uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const at::Tensor x = make_logits(cfg.logits, gen, cfg.n, cfg.classes);
   const at::Tensor target = make_target(cfg, x, gen);
-  return kit::class_target_loss_case(kLoss, SoftmaxFocalLossParams{cfg.gamma, cfg.alpha, cfg.reduction}, cfg, x, target,
-                                     gen, cfg.logits == Logits::kNaN);
+  CaseData d = kit::class_target_loss_case(kLoss, SoftmaxFocalLossParams{cfg.gamma, cfg.alpha, cfg.reduction}, cfg, x,
+                                           target, gen, cfg.logits == Logits::kNaN);
+  if (cfg.gradcheck_skip != nullptr) d.gradcheck_skip_reason = cfg.gradcheck_skip;
+  if (cfg.offset_view) {
+    d.op_forward = [forward = d.op_forward](const Tensors& in) {
+      Tensors v = in;
+      v[0] = offset_view(in[0]);
+      return forward(v);
+    };
+    d.op_backward = [backward = d.op_backward](const Tensors& in, const Tensors& grad) {
+      Tensors v = in;
+      v[0] = offset_view(in[0]);
+      return backward(v, grad);
+    };
+  }
+  return d;
 }
 
 std::vector<OpCase> softmax_focal_cases() {
@@ -147,7 +180,97 @@ std::vector<OpCase> softmax_focal_cases() {
   kit::add_class_target_layout_cases(add);
   c = {}; c.logits = Logits::kNaN; c.reduction = R::kNone; c.n = 20; add("nan_logits_propagate", c);
   c = {}; c.logits = Logits::kNaN; c.reduction = R::kSum; c.n = 20; add("nan_logits_sum", c);
+  // Added after the cases above, so their seeds stay.
+  // The CUDA tile kernels (fewer than 2048 classes; docs/ops/softmax_focal_loss.md, "Execution"): a block copies a
+  // tile of R rows into shared memory and a group of L lanes reads each row, L, R and one or two buffers chosen from
+  // C and the dtype. The C below take every plan on both sides of its switches (fp32 / fp16 and bf16 / fp64): L = 1,
+  // a thread per row (19 in fp32, R = 256 in two buffers of 47 KB; 4 to 33 in half) and L = 2 (20 in fp32); L = 4
+  // (8), 8 (16; 32 in half), 16 (32 to 129) and 32 (305 in fp32 and fp64, 757 in half); tiles of fewer than 64 rows,
+  // several to a chunk (from 64 classes up); two buffers filling the 48 KB exactly (760 in fp32, 1520 in half) and one
+  // buffer past that (761, 1521; 378 in fp64); fewer rows than warps (1521 in fp32; 757 and 1515 in fp64). Row counts
+  // are not multiples of R, targets include classes 0 and C - 1, and a fifth of the rows are ignored.
+  for (const std::int64_t classes :
+       {4, 8, 16, 19, 20, 32, 33, 63, 64, 65, 127, 128, 129, 305, 377, 378, 757, 760, 761, 1515, 1520, 1521}) {
+    c = {}; c.classes = classes; c.n = classes < 300 ? 77 : 13; c.targets = Targets::kEdges; c.ignored = 0.2;
+    c.reduction = R::kNone; add("tile_" + std::to_string(classes) + "_classes_none", c);
+  }
+  // 'mean' / 'sum' over tiles of fewer than 64 rows (129 classes: 16 or 32; 305: 8 or 32; 763: 4 or 8), whose chunks
+  // of 64 rows span several tiles, the last chunk partial.
+  c = {}; c.classes = 129; c.n = 200; c.reduction = R::kSum; c.targets = Targets::kEdges; c.ignored = 0.2;
+  add("tile_129_classes_sum", c);
+  c = {}; c.classes = 305; c.n = 150; c.weighted = true; c.ignored = 0.2; add("tile_305_classes_weighted_mean", c);
+  c = {}; c.classes = 763; c.n = 70; c.reduction = R::kSum; c.targets = Targets::kEdges; add("tile_763_classes_sum", c);
+  // More tiles than a grid (as many blocks as fit on the device at once) covers, so blocks stream several tiles,
+  // each copied while the block works on the one before: 300,000 rows of 5 classes are 1172 tiles of 256 rows in
+  // every dtype (more than 8 blocks of 256 threads on each of 132 SMs), 60,000 of 81 are 938 tiles of 64 rows in
+  // fp32 (5 blocks per SM fit: 42.5 KB of shared memory each) and 1875 of 32 in fp64.
+  // Their gradients are compared with the reference's; finite differences (two forwards of the whole input per
+  // sampled logit, a minute of CPU time) are left out.
+  const char* streaming = "grid-streaming case: finite differences at 96 of its 1.5M / 4.9M logits check nothing "
+                          "the small cases do not; its gradient is compared with the reference's";
+  c = {}; c.classes = 5; c.n = 300000; c.reduction = R::kNone; c.targets = Targets::kEdges; c.ignored = 0.1;
+  c.gradcheck_skip = streaming; add("tiles_stream_5_classes_rows_300000_none", c);
+  c = {}; c.classes = 81; c.n = 60000; c.reduction = R::kNone; c.ignored = 0.1; c.gradcheck_skip = streaming;
+  add("tiles_stream_81_classes_rows_60000_none", c);
+  // Logits at an odd element offset (not 16-byte aligned): the first tile's copy starts mid-pack and the backward
+  // stores element by element (grad_input keeps the allocator's alignment).
+  c = {}; c.classes = 81; c.n = 100; c.offset_view = true; c.reduction = R::kNone; c.targets = Targets::kEdges;
+  c.ignored = 0.2; add("offset_view_input_81_classes_none", c);
+  c = {}; c.classes = 7; c.n = 300; c.offset_view = true; c.weighted = true;
+  add("offset_view_input_7_classes_weighted_mean", c);
+  c = {}; c.logits = Logits::kNaN; c.reduction = R::kNone; c.n = 100; c.classes = 81;
+  add("nan_logits_81_classes_none", c);
   return std::move(add.cases);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 64-bit indices (CUDA): logits [26,512,400, 81], 2,147,504,400 elements (the last 256 rows past 2^31), COCO's 81
+// classes (the tile kernels). Row n holds (((7 (n mod 23) + 3 c) mod 23) - 11) / 2 (exact in every dtype), its target
+// is 13 n mod 81 and every ninth row is ignored, so the rows repeat every 1863 rows. The fp64 reference on the
+// compared rows (the first 64, the 64 around element 2^31, the last 64) gives their losses and, with an upstream
+// gradient of 1 + (n mod 5) / 4, their gradients; on one period, the expected 'mean'. fp64 is left out (34 GB of logits
+// and gradient); the index arithmetic does not depend on the dtype.
+harness::CheckResult check_large_index(DType dtype, bool backward) {
+  harness::CheckResult r;
+  constexpr std::int64_t kClasses = 81, kRows = 26512400, kPeriod = 1863;
+  const at::ScalarType st = harness::scalar_type_of(dtype);
+  const at::Tensor p = at::arange(23, f64()).view({23, 1}), cls = at::arange(kClasses, f64()).view({1, kClasses});
+  const at::Tensor table = ((p * 7 + cls * 3).remainder(23) - 11) / 2;
+  const at::Tensor n = at::arange(kRows, at::TensorOptions().dtype(at::kLong).device(at::kCUDA));
+  const at::Tensor x = table.to(st).to(at::kCUDA).index_select(0, n.remainder(23));
+  const at::Tensor target = at::where(n.remainder(9) == 4, at::full_like(n, -1), (n * 13).remainder(kClasses));
+  std::vector<std::int64_t> picked;
+  const std::int64_t mid = (std::int64_t{1} << 31) / kClasses;
+  for (std::int64_t i = 0; i < 64; ++i) {
+    for (const std::int64_t first : {std::int64_t{0}, mid - 32, kRows - 64}) picked.push_back(first + i);
+  }
+  const at::Tensor rows = at::tensor(picked, at::TensorOptions().dtype(at::kLong)).to(at::kCUDA);
+  const reference::ClassTargetInputs in =
+      kit::class_target_inputs({x.index_select(0, rows).cpu(), target.index_select(0, rows).cpu()});
+  const harness::Tolerance tol = harness::default_tolerance(dtype);
+  const SoftmaxFocalLossParams none{2.0, 0.25, R::kNone}, mean{2.0, 0.25, R::kMean};
+  r.properties["input_elements"] = std::to_string(kRows * kClasses);
+  if (!backward) {
+    const at::Tensor loss = softmax_focal_loss_forward(x, target, at::Tensor(), none);
+    const at::Tensor expected = kit::from_vector(reference::softmax_focal_loss_forward(none, in));
+    r.comparisons.push_back(harness::compare_tensors(loss.index_select(0, rows).cpu(), expected, tol));
+    const reference::Vectord period = reference::softmax_focal_loss_forward(
+        none, kit::class_target_inputs({x.narrow(0, 0, kPeriod).cpu(), target.narrow(0, 0, kPeriod).cpu()}));
+    double sum = 0;
+    for (std::int64_t i = 0; i < kPeriod; ++i) {
+      sum += period[i] * static_cast<double>(kRows / kPeriod + (i < kRows % kPeriod ? 1 : 0));  // row i's repeats
+    }
+    const at::Tensor got = softmax_focal_loss_forward(x, target, at::Tensor(), mean);
+    r.comparisons.push_back(harness::compare_tensors(got.cpu().reshape({1}), at::full({1}, sum / kRows, f64()), tol));
+  } else {
+    const at::Tensor grad = (n.remainder(5).to(at::kDouble) / 4 + 1).to(st);
+    const at::Tensor gx = softmax_focal_loss_backward(grad, x, target, at::Tensor(), none);
+    const reference::Matrixd expected =
+        reference::softmax_focal_loss_backward(none, in, kit::to_vector(grad.index_select(0, rows).cpu()));
+    r.comparisons.push_back(harness::compare_tensors(gx.index_select(0, rows).cpu(), kit::from_matrix(expected), tol));
+  }
+  harness::summarize(r);
+  return r;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -276,11 +399,17 @@ OpSpec softmax_focal_loss_spec() {
   spec.determinism.forward_cpu = spec.determinism.forward_cuda = true;
   spec.determinism.backward_cpu = spec.determinism.backward_cuda = true;
   spec.determinism.note =
-      "no atomics on values: each row's loss and gradient are written by one thread (a warp or block reduces the "
-      "row's softmax with a fixed butterfly); 'mean' / 'sum' sum fixed chunks of 64 rows in fp32 / fp64 with a fixed "
+      "no atomics on values: each row's loss and gradient are written by one thread (a group of lanes or a block "
+      "reduces the row's softmax with a fixed butterfly); 'mean' / 'sum' sum fixed chunks of 64 rows in fp32 / fp64 with a fixed "
       "tree (in order on the CPU), then the chunk sums in a fixed order, independent of the grid, the device and the "
       "CPU thread count (CPU and CUDA orders differ)";
   spec.benchmarks = softmax_focal_benchmarks();
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const bool backward : {false, true}) {
+      spec.extra_checks.push_back({backward ? "large_index_backward" : "large_index_forward", dtype_name(dtype),
+                                   Device::kCuda, [dtype, backward] { return check_large_index(dtype, backward); }});
+    }
+  }
   return spec;
 }
 
