@@ -45,8 +45,7 @@ void require_mask(const at::Tensor& mask) {
 }
 
 at::Tensor contiguous_or_undefined(const at::Tensor& t) { return t.defined() ? t.contiguous() : at::Tensor(); }
-const void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-void* buffer_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 // The CUDA launchers' buffer for a channels-last copy of input: [batch, height, width, channels].
 at::Tensor channels_last_workspace(const RoiShape& s, const at::Tensor& input) {
@@ -72,7 +71,7 @@ at::Tensor forward(const char* op, const at::Tensor& input, const at::Tensor& ro
   const at::Tensor rois_c = rois.contiguous();
   const at::Tensor offset_c = contiguous_or_undefined(offset), mask_c = contiguous_or_undefined(mask);
   DeformRoiPoolForwardArgs args{{s, input_c.data_ptr(), rois_c.data_ptr(), output.data_ptr()}, data_or_null(offset_c),
-                                data_or_null(mask_c), channels_last && input_channels_last, buffer_or_null(workspace)};
+                                data_or_null(mask_c), channels_last && input_channels_last, data_or_null(workspace)};
   run_roi_launcher(op, "input", input, rois_c, params, args, dtype, &launch_deform_roi_pool_forward,
                    &run_deform_roi_pool_forward_cpu);
   return output;
@@ -135,7 +134,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> deform_roi_pool_backward(const at
         const at::Tensor acc_nhwc = zeros_acc({s.batch, s.height, s.width, s.channels}, grad);
         grad_input = at::empty(input.sizes(), grad.options());
         args.input = data_or_null(input_read);
-        args.channels_last_workspace = buffer_or_null(workspace);
+        args.channels_last_workspace = data_or_null(workspace);
         args.grad_input_acc = acc_nhwc.data_ptr();
         args.grad_input = grad_input.data_ptr();
         args.first_invalid_roi = invalid;
