@@ -177,11 +177,13 @@ std::vector<OpCase> carafe_cases() {
   add("half_accumulation_grad_features_5184_terms", c);
   c = {}; c.half = H::kGradMasks; c.batch = 1; c.channels = 4096; c.height = c.width = 3; c.params = {3, 1, 1};
   add("half_accumulation_grad_masks_4096_channels", c);
-  // The CUDA kernels' tiles (carafe_cuda.cu): 8 x 32 feature pixels per block, 16 channels per register chunk
-  // (8 in fp64), 4 of a source pixel's s s outputs per pass, 13 taps per pass of the masks' gradient, feature
-  // windows of as many channels as fit 48 KB (masks' gradient), grad windows of s s planes in 112 KB (features'
-  // gradient). Maps one short of, exactly and one past a tile (7 x 31, 8 x 32, 9 x 33), several tiles each way
-  // (17 x 65), channel counts past a chunk, k 7 at scales 3 and 4 on maps smaller than the window, groups 2 / 4.
+  // The CUDA kernels' tiles (carafe_cuda.cu): forward tiles of 4 x 32 source pixels (2 x 32 in fp64 and for
+  // k 7; 1 x 32 past 100 KB, as for k 9) with chunks of 16 channels (32, 64 on the shorter tiles; masks of 4
+  // of a pixel's s s outputs per pass, channel slots past the group's end zero-filled), a group's chunks split
+  // over blocks on small maps; 16 channels per gather item of the features' gradient, tap-major tiles of 32
+  // output pixels in the masks' gradient (fp64 on larger maps: the tiled kernel, below). Maps one short of, exactly and one past a tile (7 x 31, 8 x 32,
+  // 9 x 33), several tiles each way (17 x 65), channel counts past a chunk, k 7 at scales 3 and 4 on maps
+  // smaller than the window, groups 2 / 4, k 9 on 1-row tiles.
   c = {}; c.params = {5, 1, 2}; c.channels = 17; c.height = 7; c.width = 31; add("tile_edges_7x31_k5_c17", c);
   c = {}; c.params = {5, 2, 2}; c.channels = 34; c.height = 8; c.width = 32; add("tile_edges_8x32_k5_g2_c34", c);
   c = {}; c.params = {3, 4, 2}; c.channels = 20; c.height = 9; c.width = 33; add("tile_edges_9x33_k3_g4_c20", c);
@@ -190,6 +192,14 @@ std::vector<OpCase> carafe_cases() {
   c = {}; c.params = {7, 1, 3}; c.channels = 7; c.height = 3; c.width = 4; add("map_3x4_smaller_than_k7_s3", c);
   c = {}; c.params = {7, 2, 4}; c.channels = 10; c.height = 2; c.width = 5; add("map_2x5_smaller_than_k7_s4_g2", c);
   c = {}; c.params = {7, 4, 3}; c.channels = 8; c.batch = 1; c.height = 9; c.width = 33; add("k7_s3_g4_9x33", c);
+  c = {}; c.params = {9, 1, 2}; c.channels = 20; c.batch = 1; c.height = 5; c.width = 35;
+  add("k9_s2_one_row_tiles_5x35", c);
+  // The masks' gradient's tiled kernel (fp64, at least an item per SM: 132 on an H100 / H200): 2 x 32 tiles of
+  // 8-channel chunks, 7 taps per thread (k 7: two tap groups), 4 outputs per pass (s 4: four passes).
+  c = {}; c.params = {7, 4, 4}; c.channels = 12; c.batch = 1; c.height = 10; c.width = 33;
+  add("masks_grad_tiles_k7_s4_g4_10x33", c);
+  c = {}; c.params = {5, 4, 2}; c.channels = 44; c.height = 34; c.width = 33;
+  add("masks_grad_tiles_k5_s2_g4_c11_34x33", c);
   return std::move(add.cases);
 }
 
