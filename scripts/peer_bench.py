@@ -11,9 +11,13 @@ reached). The peak comes from the device properties (memory clock x bus width x 
 Timer: torch.profiler (Kineto, on CUPTI). Per sample: a flush kernel over a buffer of twice the L2 size (outside
 any measured range), then one call inside torch.profiler.record_function; the sample is the sum of the device
 durations of the kernels launched inside that range (by any thread: backward runs on autograd's device
-thread). Warm-up calls first; the median over the samples is reported.
+thread). Warm-up calls first; the median over the samples is reported. Warm cases (a case's "l2" param "warm",
+names ending in _warm) replace the flush by a touch, before each warm-up call and each sample, outside the range
+and the same for both sides: the forward's main input (the RoI ops' feature map) or the backward's grad_output
+rewritten in place with mul_(1), value-exact, as a model's previous layer has just written it.
 
-Usage: peer_bench.py [--record run/record.json] [--samples 30] [--ops roi_align,nms] [--json-out peers.json]
+Usage: peer_bench.py [--record run/record.json] [--samples 30] [--ops roi_align,nms] [--cases '^rpn_']
+                     [--json-out peers.json]
 Without CUDA (or torchvision) it says so and exits 0. Pairs whose DetOps op is missing (being written) are skipped
 and listed.
 """
@@ -22,6 +26,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import statistics
 import sys
 import time
@@ -82,15 +87,22 @@ def kernel_sample_times(prof, n):
     return [t / 1000.0 for t in totals], counts  # us -> ms
 
 
-def measure(torch, fn, samples, warmup, flush):
+def measure(torch, fn, samples, warmup, flush, touch=None):
+    """(median ms, samples ms) of fn. Cold (touch None): flush.zero_() before each sample; warm: touch() before each
+    warm-up call and each sample instead. Either runs outside the profiled range, so its kernel is in no sample."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     for _ in range(warmup):
+        if touch:
+            touch()
         fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(samples):
-            flush.zero_()  # cold L2: outside the measured range
+            if touch:
+                touch()  # warm L2: the input just rewritten, outside the measured range
+            else:
+                flush.zero_()  # cold L2: outside the measured range
             with record_function(RANGE):
                 fn()
         torch.cuda.synchronize()
@@ -123,10 +135,17 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=0.25, help="wall time per side that sets the sample count")
     ap.add_argument("--ops", help="comma-separated op names (default: all pairs)")
+    ap.add_argument("--cases", help="regular expression searched in the model cases' names (default: all), e.g. "
+                                    "'^rpn_' for issue 13's proposal cases or '_warm$' for the warm ones")
     ap.add_argument("--max-total-s", type=float, default=480.0,
                     help="time budget: entries not started by then are recorded as not run (default 480 s: the whole table took about 400 s on an H200, torchvision's 100k-box NMS alone ~350 ms per call)")
     ap.add_argument("--library", help="libdetops_torch.so (default: $DETOPS_TORCH_LIBRARY or build/*/ops)")
     args = ap.parse_args(argv)
+    try:
+        case_filter = re.compile(args.cases) if args.cases else None
+    except re.error as e:
+        print(f"peer_bench: error: --cases {args.cases!r} is not a regular expression: {e}", file=sys.stderr)
+        return 2
     if args.record:
         # The record the entries are merged into is validated first, before anything runs or is written.
         sys.path.insert(0, str(ROOT / "scripts"))
@@ -176,7 +195,7 @@ def main(argv=None):
             skipped.append(f"{pair.op} ({missing})")
             print(f"peer_bench: {pair.op}: {missing}", file=sys.stderr)
             continue
-        for case in (c for c in pair.cases if c.kind == "model"):
+        for case in (c for c in pair.cases if c.kind == "model" and (not case_filter or case_filter.search(c.name))):
             base = pair.make(case.params, case.seed)
             for dtype in pairs.ALL_DTYPES:
                 directions = ["fwd"] + (["bwd"] if pair.grad_keys else [])
@@ -193,7 +212,8 @@ def main(argv=None):
             torch.cuda.empty_cache()
     print(markdown_table(entries))
     print(f"\n{len(entries)} entries in {time.time() - t_start:.0f} s; timer: {TIMER}, cold L2 "
-          f"({2 * l2 >> 20} MiB flush), median of >= {args.samples} samples per side; peak DRAM bandwidth: {peak[1]}")
+          f"({2 * l2 >> 20} MiB flush; warm cases: the input rewritten in place instead), median of >= "
+          f"{args.samples} samples per side; peak DRAM bandwidth: {peak[1]}")
     if skipped:
         print("skipped: " + "; ".join(skipped))
     if args.json_out:
@@ -212,16 +232,21 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
     The torchvision_* fields hold the peer's values whatever the peer is ("peer" names it)."""
     timer = timer or measure
     name = pairs.DTYPE_NAME[dtype]
+    l2 = case.params.get("l2", "cold")
     entry = {"op": pair.op, "case": case.name, "shape": case.params.get("shape", ""), "dtype": name,
              "direction": direction, "peer": pair.torchvision, "peer_kind": pair.peer_kind, "detops_ms": None,
              "torchvision_ms": None, "speedup": None,
              "max_abs_error": None, "torchvision_max_abs_error": None, "tolerance": None,
-             "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER, "truth": pair.truth_note}
+             "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER, "truth": pair.truth_note,
+             "l2": l2, "l2_note": l2_note(pair, l2, direction)}
     if pair.floor:
         entry["floor"] = {"name": pair.floor_name, "ms": None, "samples": 0, "detops_over_floor": None}
     try:
+        if l2 not in ("cold", "warm"):
+            raise ValueError(f"case {case.name}: l2 must be 'cold' or 'warm', not {l2!r}")
         inp = pairs.cast_inputs(pair, base, dtype, device)
         tin = pairs.as_truth_inputs(pair, inp, pair.truth_dtype(dtype))
+        touches = {}  # side -> the warm case's touch (none: cold)
         missing = pairs.torchvision_kernel_missing(pair, dtype, device)
         if missing:
             entry["torchvision_note"] = missing
@@ -242,6 +267,11 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
                 fns["torchvision"] = lambda: pair.tv(inp)
             if pair.floor:
                 fns["floor"] = lambda: pair.floor(inp)
+            if l2 == "warm":  # every side reads the same inp: the same tensor rewritten before each call
+                if not torch.is_tensor(inp.get(pair.main_input)):
+                    raise ValueError(f"warm case {case.name}: {pair.op} has no tensor input {pair.main_input!r} "
+                                     f"to touch")
+                touches = {side: touch_fn(torch, inp[pair.main_input]) for side in fns}
         else:
             g = torch.Generator().manual_seed(case.seed + 7)
             keys = pairs.grad_keys(pair, inp)
@@ -260,23 +290,27 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
             g_ours = torch.autograd.grad(ours.sum(), [ins["detops"][k] for k in keys], retain_graph=True)
             entry["max_abs_error"] = max(pairs.max_abs_error(a, b) for a, b in zip(g_ours, g_truth))
             entry["grad_output"] = "timed with a seeded normal grad_output; error from the gradients of out.sum()"
-            fns = {"detops": backward_fn(torch, keys, ins["detops"], ours, grad_out)}
+            fns, grad_outputs = {}, {}
+            fns["detops"], grad_outputs["detops"] = backward_call(torch, keys, ins["detops"], ours, grad_out)
             if not missing:
                 theirs = pair.tv(ins["torchvision"])
                 if pair.truth_dtype(dtype) != dtype:
                     g_theirs = torch.autograd.grad(theirs.sum(), [ins["torchvision"][k] for k in keys],
                                                    retain_graph=True)
                     entry["torchvision_max_abs_error"] = max(pairs.max_abs_error(a, b) for a, b in zip(g_theirs, g_truth))
-                fns["torchvision"] = backward_fn(torch, keys, ins["torchvision"], theirs, grad_out)
+                fns["torchvision"], grad_outputs["torchvision"] = backward_call(torch, keys, ins["torchvision"], theirs,
+                                                                               grad_out)
             if pair.floor:
                 floor_out = pair.floor(ins["floor"])
-                fns["floor"] = backward_fn(torch, pair.floor_grad_keys, ins["floor"], floor_out,
-                                           grad_out.reshape(floor_out.shape))
+                fns["floor"], grad_outputs["floor"] = backward_call(torch, pair.floor_grad_keys, ins["floor"],
+                                                                    floor_out, grad_out.reshape(floor_out.shape))
+            if l2 == "warm":  # each side's own grad_output (equal values), rewritten before each of its calls
+                touches = {side: touch_fn(torch, go) for side, go in grad_outputs.items()}
         if pair.dram_reads:
             entry["dram"] = dram_floor(torch, pair, inp, ours, direction, peak)
         for side, fn in fns.items():
             n = choose_samples(torch, fn, args.samples, args.budget_s, device)
-            med, _ = timer(torch, fn, n, args.warmup, flush)
+            med, _ = timer(torch, fn, n, args.warmup, flush, touch=touches.get(side))
             if side == "floor":
                 entry["floor"].update(ms=med, samples=n)
             else:
@@ -304,17 +338,38 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
 def not_run_entry(pair, case, dtype, direction, budget):
     from peer import pairs
 
+    l2 = case.params.get("l2", "cold")
     return {"op": pair.op, "case": case.name, "shape": case.params.get("shape", ""), "dtype": pairs.DTYPE_NAME[dtype],
             "direction": direction, "peer": pair.torchvision, "peer_kind": pair.peer_kind, "detops_ms": None,
             "torchvision_ms": None, "speedup": None, "max_abs_error": None,
             "torchvision_max_abs_error": None, "tolerance": None, "samples": {"detops": 0, "torchvision": 0}, "timer": TIMER,
+            "l2": l2, "l2_note": l2_note(pair, l2, direction),
             "error": f"not run: the runner's time budget (--max-total-s {budget:g}) was spent"}
 
 
-def backward_fn(torch, keys, inp, out, grad_out):
+def l2_note(pair, l2, direction):
+    """What ran before each sample, outside the timed range (the entry's l2_note)."""
+    if l2 != "warm":
+        return "flush: a buffer of twice the L2 size zeroed before each sample"
+    what = pair.main_input if direction == "fwd" else "grad_output"
+    return (f"touch: {what}.mul_(1) (rewritten in place, values unchanged) before each warm-up call and sample, "
+            f"for DetOps and the peer alike")
+
+
+def touch_fn(torch, t):
+    """A warm case's touch: t rewritten in place with its own values (t * 1 is exact in every float dtype) on the
+    current stream, so t stands in L2 as a tensor the previous layer has just written (what of it fits)."""
+    def touch():
+        with torch.no_grad():
+            t.mul_(1)
+    return touch
+
+
+def backward_call(torch, keys, inp, out, grad_out):
+    """(the timed backward call, the grad_output tensor it passes: grad_out on out's device and dtype)."""
     inputs = [inp[k] for k in keys]
     go = grad_out.to(out.device, out.dtype)
-    return lambda: torch.autograd.grad(out, inputs, go, retain_graph=True)
+    return (lambda: torch.autograd.grad(out, inputs, go, retain_graph=True)), go
 
 
 def dram_floor(torch, pair, inp, out, direction, peak):
@@ -368,9 +423,9 @@ def floor_cell(e):
 
 
 def markdown_table(entries):
-    lines = ["| op | peer | case | dtype | direction | peer ms | DetOps ms | speed-up | floor | max error | "
+    lines = ["| op | peer | case | dtype | direction | L2 | peer ms | DetOps ms | speed-up | floor | max error | "
              "peer's max error |",
-             "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for e in entries:
         err = fmt(e.get("max_abs_error"), 3) if e.get("max_abs_error") is not None else (e.get("check") or "-")
         if e.get("error"):
@@ -379,7 +434,8 @@ def markdown_table(entries):
                   else e.get("torchvision_check") or "-")
         sp = f"{e['speedup']:.2f}x" if e.get("speedup") else "-"
         lines.append(f"| {e['op']} | {e.get('peer', 'torchvision')} | {e['case']} | {e['dtype']} | {e['direction']} | "
-                     f"{fmt(e['torchvision_ms'])} | {fmt(e['detops_ms'])} | {sp} | {floor_cell(e)} | {err} | {tv_err} |")
+                     f"{e.get('l2', 'cold')} | {fmt(e['torchvision_ms'])} | {fmt(e['detops_ms'])} | {sp} | "
+                     f"{floor_cell(e)} | {err} | {tv_err} |")
     return "\n".join(lines)
 
 

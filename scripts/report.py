@@ -4,7 +4,8 @@
 Sections: the run's provenance, the correctness summary (failing tests listed), with --baseline the
 comparison (each benchmark's ratio, coloured by verdict, with its p-value; correctness changes; output
 movement), a chart of time per benchmark (log scale, median with the q1-q3 range), achieved bandwidth
-as a fraction of the device copy bandwidth, and a table of every benchmark. No network, no JavaScript:
+as a fraction of the device copy bandwidth, the DRAM traffic measured by the hardware-metrics pass
+(detops_bench --detops_metrics) or why it was not measured, and a table of every benchmark. No network, no JavaScript:
 inline CSS and SVG only.
 
   scripts/report.py results/runs/<run>/record.json [--baseline BASE.json] [-o report.html]
@@ -116,6 +117,8 @@ class Row:
         self.kernels = d.get("kernels_per_call")
         self.discarded = (d.get("discarded_throttled") or 0) + (d.get("discarded_dropped_records") or 0)
         self.error = b.error
+        hw = d.get("hardware_metrics")
+        self.hw = hw if isinstance(hw, dict) else None
 
 
 def sort_key(r):
@@ -488,6 +491,68 @@ def peers_section(record):
             f"</section>")
 
 
+def _finite(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def hardware_metrics_section(rows):
+    """The hardware-metrics pass (docs/benchmarks.md, "Hardware metrics"): per measured benchmark the DRAM
+    bytes read and written by one op call, the throughput over the profiled range and over the timed median,
+    and the % of peak; the benchmarks without figures are listed with the status and reason the record gives,
+    never with numbers."""
+    head = "<section id='hardware-metrics'><h2>DRAM traffic (hardware metrics)</h2>"
+    with_hw = [r for r in rows if r.hw is not None]
+    if not with_hw:
+        return head + ("<p class='note'>This record has no hardware_metrics entries (no DetOps measurement, or "
+                       "written before the metrics pass existed).</p></section>")
+    measured = [r for r in with_hw if r.hw.get("status") == "measured"]
+    not_measured = [r for r in with_hw if r.hw.get("status") != "measured"]
+    if not measured and all(r.hw.get("reason") == "not requested" for r in not_measured):
+        return head + ("<p class='note'>Not measured: this run did not ask for them (<code>detops_bench "
+                       "--detops_metrics</code> adds a CUPTI range-profiler pass after each benchmark's timing).</p>"
+                       "</section>")
+    parts = [head]
+    if measured:
+        l2 = sorted({str(r.hw.get("l2", "?")) for r in measured})
+        parts.append("<p class='note'>CUPTI range profiler, one op call per range, in a pass after the timed samples "
+                     f"(L2: {esc(', '.join(l2))}, as in the samples). The range ends after a device synchronization, so "
+                     "its duration includes launch gaps and that latency: the throughput over the range is a lower "
+                     "bound; 'at median' divides the same bytes by the timed median kernel time. % of peak: "
+                     "dram__throughput.avg.pct_of_peak_sustained_elapsed over the range. With a cold L2 the flush's "
+                     "dirty lines can be written back during the call and count as written bytes.</p>")
+        trs = []
+        for r in measured:
+            h = r.hw
+            read, written = _finite(h.get("dram_bytes_read")), _finite(h.get("dram_bytes_write"))
+            dur = _finite(h.get("duration_ns"))
+            pct = _finite(h.get("dram_pct_of_peak"))
+            title = f"{r.key}: read {read} B, written {written} B, range {dur} ns, {h.get('passes', '?')} passes"
+            trs.append(f"<tr id='hw-{esc(r.key.replace('/', '-'))}' title='{esc(title)}'><td>{esc(r.op)}</td>"
+                       f"<td>{esc(r.case)}</td><td>{esc(r.dtype)}</td><td>{esc(r.direction)}</td>"
+                       f"<td class='num'>{esc(fmt_bytes(read))}</td><td class='num'>{esc(fmt_bytes(written))}</td>"
+                       f"<td class='num'>{'?' if dur is None else f'{dur / 1e3:.4g}'}</td>"
+                       f"<td class='num'>{esc(fmt_rate(_finite(h.get('dram_throughput_bytes_per_second'))))}</td>"
+                       f"<td class='num'>{esc(fmt_rate(_finite(h.get('dram_throughput_at_median_bytes_per_second'))))}</td>"
+                       f"<td class='num'>{'n/a' if pct is None else f'{pct:.1f}%'}</td>"
+                       f"<td class='num'>{esc(h.get('passes', '?'))}</td></tr>")
+        parts.append("<div class='scroll'><table id='hardware-metrics-table'><tr><th>op</th><th>case</th><th>dtype</th>"
+                     "<th>dir</th><th class='num'>DRAM read</th><th class='num'>DRAM written</th>"
+                     "<th class='num'>range us</th><th class='num'>DRAM rate over range</th>"
+                     "<th class='num'>at median</th><th class='num'>% of peak</th><th class='num'>passes</th></tr>"
+                     f"{''.join(trs)}</table></div>")
+    if not_measured:
+        groups = collections.OrderedDict()
+        for r in not_measured:
+            groups.setdefault((str(r.hw.get("status", "?")), str(r.hw.get("reason", "no reason recorded"))), []).append(r.key)
+        lead = "Not measured" if measured else "Not measured for any benchmark"
+        items = "".join(f"<li><b>{esc(status)}</b> ({len(keys)} benchmark{'s' if len(keys) != 1 else ''}): "
+                        f"<span class='fail-msg'>{esc(reason)}</span><div class='shape'>{esc(', '.join(keys))}</div></li>"
+                        for (status, reason), keys in groups.items())
+        parts.append(f"<h3>{lead}</h3><ul id='hardware-metrics-missing'>{items}</ul>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
 def legend():
     return "<div class='legend'>" + "".join(f"<span style='--c:{c}'>{d}</span>" for d, c in DTYPE_COLOURS.items()) + "</div>"
 
@@ -557,6 +622,7 @@ def render(record, record_path, result=None):
     parts.append(f"<section id='bandwidth-chart'><h2>Achieved bandwidth</h2><p class='note'>The op's declared minimal DRAM "
                  f"traffic per call over its median time, as a fraction of the device copy bandwidth "
                  f"({esc(fmt_rate(p['copy_bandwidth']))}).</p>{legend()}{bandwidth_chart(rows, p['copy_bandwidth'])}</section>")
+    parts.append(hardware_metrics_section(rows))
     parts.append(f"<section id='benchmarks'><h2>Every benchmark</h2>{benchmark_table(rows, cmp_by_key)}</section>")
     parts.append("</main></body></html>\n")
     return "\n".join(parts)

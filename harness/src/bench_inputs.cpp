@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "detops/harness/checks.h"
 
@@ -29,6 +31,16 @@ Box random_box(std::mt19937_64& rng) {
   return b;
 }
 
+// An RPN proposal: smaller than random_box's boxes on average (down to 4 px), and not clipped.
+Box proposal_box(std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double size = std::exp(std::log(4.0) + unit(rng) * (std::log(400.0) - std::log(4.0)));
+  const double aspect = std::exp(std::log(1.0 / 3.0) + unit(rng) * (std::log(3.0) - std::log(1.0 / 3.0)));
+  const double w = size / std::sqrt(aspect), h = size * std::sqrt(aspect);
+  const double cx = unit(rng) * kBenchImageWidth, cy = unit(rng) * kBenchImageHeight;
+  return Box{cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2};
+}
+
 at::Tensor cpu_f64(std::vector<std::int64_t> shape) { return at::empty(shape, at::TensorOptions().dtype(at::kDouble)); }
 
 }  // namespace
@@ -47,7 +59,11 @@ at::Tensor bench_image_boxes(std::int64_t n, std::uint64_t seed) {
   return t;
 }
 
-at::Tensor bench_image_rois(std::int64_t k, std::int64_t images, std::uint64_t seed) {
+namespace {
+
+// RoIs [k, 5] grouped by image, k / images per image (the remainder on the first ones), boxes from draw(rng).
+template <typename Draw>
+at::Tensor rois_by_image(std::int64_t k, std::int64_t images, std::uint64_t seed, Draw&& draw) {
   std::mt19937_64 rng(seed);
   at::Tensor t = cpu_f64({k, 5});
   auto a = t.accessor<double, 2>();
@@ -56,7 +72,7 @@ at::Tensor bench_image_rois(std::int64_t k, std::int64_t images, std::uint64_t s
   for (std::int64_t img = 0; img < images; ++img) {
     const std::int64_t count = per_image + (img < extra ? 1 : 0);
     for (std::int64_t j = 0; j < count; ++j, ++row) {
-      const Box b = random_box(rng);
+      const Box b = draw(rng);
       a[row][0] = static_cast<double>(img);
       a[row][1] = b.x1;
       a[row][2] = b.y1;
@@ -65,6 +81,20 @@ at::Tensor bench_image_rois(std::int64_t k, std::int64_t images, std::uint64_t s
     }
   }
   return t;
+}
+
+}  // namespace
+
+at::Tensor bench_image_rois(std::int64_t k, std::int64_t images, std::uint64_t seed) {
+  return rois_by_image(k, images, seed, [](std::mt19937_64& rng) { return random_box(rng); });
+}
+
+at::Tensor bench_proposal_rois(std::int64_t per_image, std::int64_t images, std::uint64_t seed) {
+  if (per_image < 0 || images < 1) {
+    throw std::invalid_argument("bench_proposal_rois: needs per_image >= 0 and images >= 1; got per_image " +
+                                std::to_string(per_image) + ", images " + std::to_string(images));
+  }
+  return rois_by_image(per_image * images, images, seed, [](std::mt19937_64& rng) { return proposal_box(rng); });
 }
 
 std::pair<at::Tensor, at::Tensor> bench_box_pairs(std::int64_t n, std::uint64_t seed) {

@@ -19,12 +19,19 @@ struct RoiShape {
 // output is contiguous in input's dtype, [num_rois, ...] with the op's per-roi element count.
 // first_invalid_roi (CUDA only, optional): atomically lowered to the index of the first roi whose batch
 // index is NaN or outside [0, batch); the caller initializes it to ~0ull. Such rois produce zeros.
+// CUDA only, for the forwards with a channels-last kernel (common/roi_nhwc.h; the others ignore both):
+// input_channels_last: input is laid out [batch, height, width, channels]. channels_last_workspace: a [batch,
+// height, width, channels] buffer of input's dtype; when set and input is channels first, the launcher writes
+// input's channels-last copy there (a tiled transpose) and runs the channels-last kernel on it. With neither,
+// the channels-first kernel runs.
 struct RoiForwardArgs {
   RoiShape shape;
   const void* input = nullptr;
   const void* rois = nullptr;
   void* output = nullptr;
   unsigned long long* first_invalid_roi = nullptr;
+  bool input_channels_last = false;
+  void* channels_last_workspace = nullptr;
 };
 
 // grad_output [num_rois, C, pooled_height, pooled_width] may have any strides (stride 0 included, as

@@ -15,6 +15,7 @@
 
 #include "common/entry_points.h"
 #include "common/roi_args.h"
+#include "common/roi_nhwc.h"
 #include "common/torch_op_kit.h"
 #include "common/torch_utils.h"
 
@@ -208,16 +209,44 @@ void run_roi_launcher(const char* op, const char* like_name, const at::Tensor& l
 // The whole entry point of a RoI forward with one output [num_rois, channels, pooled_height,
 // pooled_width]: the forward checks (check_params() among them), the feature-map check, the output, and
 // launch or cpu over RoiForwardArgs.
+// The map a forward's launcher reads (roi_args.h): for a CUDA forward with the channels-last kernel
+// (nhwc_kernel) that common/roi_nhwc.h's rule picks, input itself when it is channels last, else input
+// contiguous plus a [batch, height, width, channels] workspace for the launcher's copy; otherwise input
+// contiguous (channels first).
+struct RoiMapOperand {
+  at::Tensor input, workspace;
+  bool channels_last = false;
+  void set(RoiForwardArgs& args) const {
+    args.input = input.data_ptr();
+    args.input_channels_last = channels_last;
+    args.channels_last_workspace = workspace.defined() ? workspace.data_ptr() : nullptr;
+  }
+};
+
+inline RoiMapOperand roi_map_operand(const at::Tensor& input, const RoiShape& s, std::int64_t bins, bool nhwc_kernel) {
+  RoiMapOperand m;
+  const bool input_channels_last = input.is_contiguous(at::MemoryFormat::ChannelsLast);
+  const bool use = nhwc_kernel && input.is_cuda() &&
+                   roi_forward_channels_last(bins, s, input_channels_last);
+  m.channels_last = use && input_channels_last;
+  m.input = m.channels_last ? input : input.contiguous();
+  if (use && !input_channels_last) m.workspace = at::empty({s.batch, s.height, s.width, s.channels}, input.options());
+  return m;
+}
+
 template <typename P, typename CheckParams, typename Cpu>
 at::Tensor run_roi_forward(const char* op, const at::Tensor& input, const at::Tensor& rois, const P& params,
-                           CheckParams&& check_params, Launcher<P, RoiForwardArgs>* launch, Cpu* cpu) {
+                           CheckParams&& check_params, Launcher<P, RoiForwardArgs>* launch, Cpu* cpu,
+                           bool nhwc_kernel = false) {
   const DType dtype = check_roi_forward(op, input, rois, check_params);
   const auto s = roi_shape<RoiShape>(shape4(input), rois);
   check_roi_feature_map(op, s);
   at::Tensor output = at::empty(roi_output_shape(s, params), input.options());
   if (output.numel() == 0) return output;
-  const at::Tensor input_c = input.contiguous(), rois_c = rois.contiguous();
-  RoiForwardArgs args{s, input_c.data_ptr(), rois_c.data_ptr(), output.data_ptr()};
+  const RoiMapOperand map = roi_map_operand(input, s, roi_bins(params), nhwc_kernel);
+  const at::Tensor rois_c = rois.contiguous();
+  RoiForwardArgs args{s, nullptr, rois_c.data_ptr(), output.data_ptr()};
+  map.set(args);
   run_roi_launcher(op, "input", input, rois_c, params, args, dtype, launch, cpu);
   return output;
 }

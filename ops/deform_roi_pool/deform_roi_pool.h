@@ -14,48 +14,15 @@ namespace detops {
 
 // output [num_rois, channels, pooled_height, pooled_width]. offset [num_rois, 2, pooled_height, pooled_width]
 // (x shifts, then y shifts; nullptr: none) and mask [num_rois, 1, pooled_height, pooled_width] (nullptr: 1),
-// contiguous, in input's dtype.
-// CUDA only: input_channels_last: input is laid out [batch, height, width, channels]. channels_last_workspace: a
-// [batch, height, width, channels] buffer of input's dtype; when set and input is channels first, the launcher
-// writes input's channels-last copy there and runs the channels-last kernel on it (a tiled transpose,
-// common/channels_last.cuh); see deform_roi_pool_forward_channels_last.
+// contiguous, in input's dtype. input_channels_last / channels_last_workspace: common/roi_args.h.
+//
+// CUDA's forward has two kernels. Channels first: a thread per output element, whose bilinear taps are scattered
+// reads (a channel's plane per thread). Channels last: RoIAlign's (common/roi_bins_nhwc.cuh) with each bin moved
+// by its offsets; common/roi_nhwc.h says when it runs.
 struct DeformRoiPoolForwardArgs : RoiForwardArgs {
   const void* offset = nullptr;
   const void* mask = nullptr;
-  bool input_channels_last = false;
-  void* channels_last_workspace = nullptr;
 };
-
-// CUDA's forward has two kernels. Channels first: a thread per output element, whose bilinear taps are scattered
-// reads (a channel's plane per thread). Channels last: a block per (roi, 32 L channels), a warp per bin with L
-// channels per lane (L = deform_roi_pool_lane_channels: 256 bytes of a pixel per warp), so each tap is L coalesced
-// reads and the sample grid is computed once per bin and warp; the block stages its [32 L, bins] output tile in
-// shared memory (deform_roi_pool_tile_bytes) and writes it contiguously. The channels-last kernel runs when its
-// tile fits in kDeformRoiPoolTileBytes and either the input already is channels last or there are at least
-// map / 16 output elements: the copy to channels last reads and writes the map once, which the coalesced gathers
-// repay only when the rois sample enough of it (a threshold chosen from that byte count, not tuned).
-inline constexpr std::size_t kDeformRoiPoolTileBytes = 96 * 1024;
-
-constexpr int deform_roi_pool_lane_channels(std::size_t element_size) {
-  return element_size >= 8 ? 1 : static_cast<int>(8 / element_size);
-}
-
-// The channels-last kernel's shared memory: bins x (32 L + 1) elements (0 when it would pass the limit).
-inline std::size_t deform_roi_pool_tile_bytes(const DeformRoiPoolParams& p, std::size_t element_size) {
-  const std::int64_t bins = p.pooled_height * p.pooled_width;
-  const std::size_t row = (32 * static_cast<std::size_t>(deform_roi_pool_lane_channels(element_size)) + 1) * element_size;
-  if (bins <= 0 || static_cast<std::size_t>(bins) > kDeformRoiPoolTileBytes / row) return 0;
-  return static_cast<std::size_t>(bins) * row;
-}
-
-inline bool deform_roi_pool_forward_channels_last(const DeformRoiPoolParams& p, const RoiShape& s,
-                                                  std::size_t element_size, bool input_channels_last) {
-  if (deform_roi_pool_tile_bytes(p, element_size) == 0) return false;
-  if (input_channels_last) return true;
-  const std::int64_t bins = p.pooled_height * p.pooled_width;
-  const std::int64_t outputs = s.num_rois * s.channels * bins;
-  return outputs >= s.batch * s.channels * s.height * s.width / 16;
-}
 
 // grad_input_acc as RoIAlign's (roi_align.h): on CUDA laid out [batch, height, width, channels] and written,
 // rounded, to grad_input [batch, channels, height, width] by the launcher; on the CPU laid out [batch,

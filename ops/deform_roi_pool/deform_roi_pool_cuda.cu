@@ -1,17 +1,17 @@
 // Deformable RoI pooling CUDA kernels: RoIAlign's (roi_align_cuda.cu) with each bin moved by its offsets.
-// Forward (fp32 accumulation for half types), two kernels (deform_roi_pool.h says which runs): one thread per
-// output element over a channels-first map, or over a channels-last map a block per (roi, 32 L channels) with a
-// warp per bin and L channels per lane, staging the output tile in shared memory. The channels-last map is the
-// input itself or the launcher's tiled transpose of it into the caller's workspace. Backward: one thread per
+// Forward (fp32 accumulation for half types), two kernels (common/roi_nhwc.h says which runs): one thread per
+// output element over a channels-first map, or over a channels-last map RoIAlign's gather
+// (common/roi_bins_nhwc.cuh) with the DeformRoiBins policy below. Backward: one thread per
 // grad_output element, channel fastest, accumulating grad_input channels last (then transposed, as
 // RoIAlign's backward does); the offset and mask gradients of a bin are sums over its channels, which sit
 // on consecutive lanes, so each warp sums its lanes per bin (a segmented shuffle reduction) and one lane
 // per bin adds the sum atomically; it reads the map channels last as the forward does. The flattened element
 // index is decomposed in 32-bit arithmetic when it provably fits, else in 64-bit; memory offsets into the feature
-// map are 64-bit, but for the in-image pixel offsets of the channels-last forward (32-bit when an image fits).
+// map are 64-bit.
 #include "common/channels_last.cuh"
 #include "common/dispatch.h"
 #include "common/kernel_launch.cuh"
+#include "common/roi_bins_nhwc.cuh"
 #include "common/roi_cuda.cuh"
 #include "deform_roi_pool/deform_roi_pool_kernel.cuh"
 #include "detops/core/cuda_check.h"
@@ -56,82 +56,30 @@ __global__ void deform_roi_pool_forward_kernel(DeformRoiPoolParams p, RoiShape s
   });
 }
 
-// Channels last (deform_roi_pool.h): lane l of a warp holds channels c0 + l + 32 j, j < L (L =
-// deform_roi_pool_lane_channels: 256 bytes of a pixel per warp), so each tap is L coalesced reads whose bilinear
-// weights and offsets are computed once. Block item (tile, k) covers roi k's channels [32 L tile, 32 L (tile + 1));
-// items run tile-major, so the blocks in flight read one 256-byte slice of every pixel (34 MB at FPN P2 of two
-// 800x1344 images), which L2 keeps between the rois that overlap. Warp w computes bins w, w + warps, ... into
-// tile[bin][c] (row pitch 32 L + 1: a warp's writes and the reads below hit distinct banks); then the block writes
-// output[k, 32 L tile .., all bins], one contiguous run. Pixel offsets are Index (32-bit when an image of the map
-// has fewer than 2^31 elements); image offsets are 64-bit.
-template <int L, typename T, typename Index>
-__global__ void __launch_bounds__(kThreads)
-    deform_roi_pool_forward_nhwc_kernel(DeformRoiPoolParams p, RoiShape s, const T* __restrict__ input_nhwc,
-                                        const T* __restrict__ rois, const T* __restrict__ offset,
-                                        const T* __restrict__ mask, T* __restrict__ output,
-                                        unsigned long long* __restrict__ first_invalid_roi) {
+// deform_roi_pool's bins for the channels-last gather (common/roi_bins_nhwc.cuh): RoIAlign's (aligned) moved by
+// the bin's offsets, times the bin's mask when there is one. With no offset (or zeros) every bin keeps the
+// roi's geometry, so the result is roi_align's bit for bit (the same kernel, the same sums).
+template <typename T>
+struct DeformRoiBins {
   using Acc = acc_t<T>;
-  constexpr int kTileChannels = 32 * L, kPitch = kTileChannels + 1;
-  extern __shared__ __align__(16) unsigned char deform_roi_tile[];
-  T* tile = reinterpret_cast<T*>(deform_roi_tile);
-  const std::int64_t bins = p.pooled_height * p.pooled_width;
-  const std::int64_t tiles = (s.channels + kTileChannels - 1) / kTileChannels;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int warp = static_cast<int>(threadIdx.x / 32), warps = static_cast<int>(blockDim.x / 32);
-  const Index height = static_cast<Index>(s.height), width = static_cast<Index>(s.width);
-  const Index channels = static_cast<Index>(s.channels);
-  const Acc gamma = static_cast<Acc>(p.gamma);
-  // The loop bounds depend only on blockIdx / gridDim, so every thread of a block reaches each barrier.
-  for (std::int64_t item = blockIdx.x; item < s.num_rois * tiles; item += gridDim.x) {
-    const std::int64_t t = item / s.num_rois, k = item - t * s.num_rois, c0 = t * kTileChannels;
-    const int tile_channels = static_cast<int>(s.channels - c0 < kTileChannels ? s.channels - c0 : kTileChannels);
-    const DeformRoiGeometry<Acc> d = deform_roi_geometry<T, Acc>(p, rois + k * 5, s.batch);
-    if (d.g.batch < 0 && threadIdx.x == 0 && c0 == 0) report_first_invalid(first_invalid_roi, k);
-    const T* image = d.g.batch < 0 ? nullptr : input_nhwc + d.g.batch * s.height * s.width * s.channels + c0 + lane;
-    int ph = warp / static_cast<int>(p.pooled_width), pw = warp % static_cast<int>(p.pooled_width);
-    for (int bin = warp; bin < bins; bin += warps) {
-      Acc sum[L];
-#pragma unroll
-      for (int j = 0; j < L; ++j) sum[j] = Acc(0);
-      RoiAlignGeometry<Acc> g = d.g;
-      if (image != nullptr) {
-        g = deform_roi_bin_geometry(d, gamma, offset ? offset + k * 2 * bins : nullptr, bins, bin);
-        roi_align_for_each_sample(g, height, width, static_cast<Index>(ph), static_cast<Index>(pw),
-                                  [&](const BilinearTaps<Acc, Index>& tap) {
-          const Index ll = (tap.y_low * width + tap.x_low) * channels, lh = (tap.y_low * width + tap.x_high) * channels;
-          const Index hl = (tap.y_high * width + tap.x_low) * channels, hh = (tap.y_high * width + tap.x_high) * channels;
-#pragma unroll
-          for (int j = 0; j < L; ++j) {
-            if (lane + 32 * j < tile_channels) {
-              const T* q = image + 32 * j;
-              sum[j] += tap.w_ll * to_acc<Acc>(q[ll]) + tap.w_lh * to_acc<Acc>(q[lh]) +
-                        tap.w_hl * to_acc<Acc>(q[hl]) + tap.w_hh * to_acc<Acc>(q[hh]);
-            }
-          }
-        });
-      }
-      const Acc m = image != nullptr && mask ? to_acc<Acc>(mask[k * bins + bin]) : Acc(1);
-#pragma unroll
-      for (int j = 0; j < L; ++j) {
-        const Acc v = sum[j] / g.count;
-        tile[bin * kPitch + lane + 32 * j] = from_acc<T>(mask ? v * m : v);
-      }
-      pw += warps;  // the next bin, bin + warps
-      while (pw >= p.pooled_width) {
-        pw -= static_cast<int>(p.pooled_width);
-        ++ph;
-      }
-    }
-    __syncthreads();
-    T* out = output + (k * s.channels + c0) * bins;
-    const int run = tile_channels * static_cast<int>(bins);
-    for (int e = threadIdx.x; e < run; e += blockDim.x) {
-      const int c = e / static_cast<int>(bins);
-      out[e] = tile[(e - c * static_cast<int>(bins)) * kPitch + c];
-    }
-    __syncthreads();
+  using State = DeformRoiGeometry<Acc>;
+  static constexpr bool kBinsShareGeometry = false;  // the offsets move each bin
+  DeformRoiPoolParams p;
+  const T* rois;
+  const T* offset;
+  const T* mask;
+  std::int64_t batch_size, pooled_height, pooled_width;
+  __device__ State roi(std::int64_t k) const { return deform_roi_geometry<T, Acc>(p, rois + k * 5, batch_size); }
+  __device__ std::int64_t batch(const State& d) const { return d.g.batch; }
+  __device__ RoiAlignGeometry<Acc> bin(const State& d, std::int64_t k, std::int64_t bin) const {
+    const std::int64_t bins = pooled_height * pooled_width;
+    return deform_roi_bin_geometry(d, static_cast<Acc>(p.gamma), offset ? offset + k * 2 * bins : nullptr, bins, bin);
   }
-}
+  __device__ bool scales() const { return mask != nullptr; }
+  __device__ Acc scale(std::int64_t k, std::int64_t bin) const {
+    return to_acc<Acc>(mask[k * pooled_height * pooled_width + bin]);
+  }
+};
 
 // Lane sums of the lanes with the same key, for keys that form contiguous runs along the warp (a bin's
 // channels): after the loop a lane holds the sum over itself and the following lanes of its run, so the
@@ -223,25 +171,10 @@ const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, con
   using Index = typename decltype(i)::type;
   register_instantiation("deform_roi_pool", "deform_roi_pool_forward_kernel", targs,
                          &deform_roi_pool_forward_kernel<T, Index>);
-  constexpr int L = deform_roi_pool_lane_channels(sizeof(T));
-  register_instantiation("deform_roi_pool", "deform_roi_pool_forward_nhwc_kernel",
-                         std::to_string(L) + ", " + targs, &deform_roi_pool_forward_nhwc_kernel<L, T, Index>);
+  register_roi_bins_nhwc<T, Index, DeformRoiBins<T>>("deform_roi_pool", targs);
   register_instantiation("deform_roi_pool", "deform_roi_pool_backward_kernel", targs,
                          &deform_roi_pool_backward_kernel<T, Index>);
 });
-
-// The map channels last: input itself when it is, else its copy in workspace (transposed here).
-template <typename T>
-const T* channels_last_input(const void* input, bool input_channels_last, void* workspace, const RoiShape& s,
-                             cudaStream_t stream) {
-  if (input_channels_last) return static_cast<const T*>(input);
-  if (workspace == nullptr) {
-    throw std::invalid_argument("deform_roi_pool: a channels-first input needs channels_last_workspace on CUDA");
-  }
-  channels_first_to_last<T, T>(static_cast<const T*>(input), static_cast<T*>(workspace), s.batch, s.channels,
-                               s.height * s.width, stream);
-  return static_cast<const T*>(workspace);
-}
 
 }  // namespace
 
@@ -249,35 +182,11 @@ void launch_deform_roi_pool_forward(const DeformRoiPoolParams& params, const Def
                                     DType dtype, cudaStream_t stream) {
   const RoiShape& s = args.shape;
   if (args.input_channels_last || args.channels_last_workspace != nullptr) {
-    const std::int64_t bins = params.pooled_height * params.pooled_width;
-    if (s.num_rois == 0 || s.channels == 0 || bins == 0) return;
     dispatch_floating(dtype, "deform_roi_pool_forward", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      constexpr int L = deform_roi_pool_lane_channels(sizeof(T));
-      if (!deform_roi_pool_forward_channels_last(params, s, sizeof(T), true)) {
-        throw std::invalid_argument("launch_deform_roi_pool_forward: the channels-last tile exceeds shared memory");
-      }
-      const T* input =
-          channels_last_input<T>(args.input, args.input_channels_last, args.channels_last_workspace, s, stream);
-      const std::int64_t items = s.num_rois * ((s.channels + 32 * L - 1) / (32 * L));
-      const std::size_t smem = deform_roi_pool_tile_bytes(params, sizeof(T));
-      const unsigned blocks = grid_for(items * kThreads, kThreads);
-      auto run = [&](auto kernel) {
-        if (smem > 48 * 1024) {
-          DETOPS_CUDA_CHECK(
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        }
-        kernel<<<blocks, kThreads, smem, stream>>>(params, s, input,
-                                                   static_cast<const T*>(args.rois), static_cast<const T*>(args.offset),
-                                                   static_cast<const T*>(args.mask), static_cast<T*>(args.output),
-                                                   args.first_invalid_roi);
-        DETOPS_CHECK_LAUNCH();
-      };
-      if (s.height * s.width * s.channels < (std::int64_t{1} << 31)) {
-        run(&deform_roi_pool_forward_nhwc_kernel<L, T, std::int32_t>);
-      } else {
-        run(&deform_roi_pool_forward_nhwc_kernel<L, T, std::int64_t>);
-      }
+      const DeformRoiBins<T> bins{params, static_cast<const T*>(args.rois), static_cast<const T*>(args.offset),
+                                  static_cast<const T*>(args.mask), s.batch, params.pooled_height, params.pooled_width};
+      launch_roi_bins_nhwc<T>("deform_roi_pool", bins, args, stream);
     });
     return;
   }
@@ -300,8 +209,8 @@ void launch_deform_roi_pool_backward(const DeformRoiPoolParams& params, const De
     using Acc = acc_t<T>;
     if (total > 0) {
       const bool values = args.grad_offset_acc != nullptr || args.grad_mask_acc != nullptr;
-      const T* input = values ? channels_last_input<T>(args.input, args.input_channels_last,
-                                                       args.channels_last_workspace, s, stream)
+      const T* input = values ? roi_channels_last_input<T>("deform_roi_pool", args.input, args.input_channels_last,
+                                                           args.channels_last_workspace, s, stream)
                               : nullptr;
       launch_index_width([](auto i) { return &deform_roi_pool_backward_kernel<T, typename decltype(i)::type>; },
                          total, kThreads, plane_fits_32bit(s), stream, params, s, args.grad_output,

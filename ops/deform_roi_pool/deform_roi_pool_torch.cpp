@@ -61,17 +61,14 @@ at::Tensor forward(const char* op, const at::Tensor& input, const at::Tensor& ro
   check_bin_tensor(op, "mask", mask, 1, input, s.num_rois, params);
   at::Tensor output = at::empty(roi_output_shape(s, params), input.options());
   if (output.numel() == 0) return output;
-  // CUDA reads the map channels last when deform_roi_pool.h's rule says so: input itself when it is channels last,
+  // CUDA reads the map channels last when common/roi_nhwc.h's rule says so: input itself when it is channels last,
   // else the launcher's copy in a workspace.
-  const bool input_channels_last = input.is_contiguous(at::MemoryFormat::ChannelsLast);
-  const bool channels_last =
-      input.is_cuda() && deform_roi_pool_forward_channels_last(params, s, input.element_size(), input_channels_last);
-  const at::Tensor input_c = channels_last && input_channels_last ? input : input.contiguous();
-  const at::Tensor workspace = channels_last && !input_channels_last ? channels_last_workspace(s, input) : at::Tensor();
+  const RoiMapOperand map = roi_map_operand(input, s, params.pooled_height * params.pooled_width, true);
   const at::Tensor rois_c = rois.contiguous();
   const at::Tensor offset_c = contiguous_or_undefined(offset), mask_c = contiguous_or_undefined(mask);
-  DeformRoiPoolForwardArgs args{{s, input_c.data_ptr(), rois_c.data_ptr(), output.data_ptr()}, data_or_null(offset_c),
-                                data_or_null(mask_c), channels_last && input_channels_last, data_or_null(workspace)};
+  DeformRoiPoolForwardArgs args{{s, nullptr, rois_c.data_ptr(), output.data_ptr()}, data_or_null(offset_c),
+                                data_or_null(mask_c)};
+  map.set(args);
   run_roi_launcher(op, "input", input, rois_c, params, args, dtype, &launch_deform_roi_pool_forward,
                    &run_deform_roi_pool_forward_cpu);
   return output;

@@ -1,12 +1,15 @@
-// RoIAlign CUDA kernels: one thread per output (forward) or grad_output (backward) element, grid-stride
-// loops, fp32 accumulation for half types. The backward accumulates channels last, then transposes
-// (common/channels_last.cuh). The flattened element index is decomposed in 32-bit
+// RoIAlign CUDA kernels, fp32 accumulation for half types. Forward: over a channels-last map (the input itself
+// or its copy, common/roi_nhwc.h says when) the family's gather (common/roi_bins_nhwc.cuh: a block per roi and
+// channel tile, a warp per bin, each touched pixel read once); else one thread per output element. Backward:
+// one thread per grad_output element, accumulating channels last, then transposed (common/channels_last.cuh).
+// Grid-stride loops. The flattened element index is decomposed in 32-bit
 // arithmetic when it provably fits (64-bit division costs ~4x more), else in 64-bit; memory offsets
 // into the feature map are always 64-bit.
 #include "common/channels_last.cuh"
 #include "detops/core/cuda_check.h"
 #include "common/dispatch.h"
 #include "common/kernel_launch.cuh"
+#include "common/roi_bins_nhwc.cuh"
 #include "common/roi_cuda.cuh"
 #include "roi_align/roi_align_kernel.cuh"
 
@@ -75,10 +78,27 @@ __global__ void roi_align_backward_kernel(RoiAlignParams p, RoiAlignShape s, con
   });
 }
 
+// RoIAlign's bins for the channels-last gather (common/roi_bins_nhwc.cuh): every bin of a roi shares its geometry.
+template <typename T>
+struct RoiAlignBins {
+  using Acc = acc_t<T>;
+  using State = RoiAlignGeometry<Acc>;
+  static constexpr bool kBinsShareGeometry = true;
+  RoiAlignParams p;
+  const T* rois;
+  std::int64_t batch_size, pooled_height, pooled_width;
+  __device__ State roi(std::int64_t k) const { return roi_align_geometry<T, Acc>(p, rois + k * 5, batch_size); }
+  __device__ std::int64_t batch(const State& g) const { return g.batch; }
+  __device__ State bin(const State& g, std::int64_t, std::int64_t) const { return g; }
+  __device__ bool scales() const { return false; }
+  __device__ Acc scale(std::int64_t, std::int64_t) const { return Acc(1); }
+};
+
 const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, const std::string& targs) {
   using T = typename decltype(t)::type;
   using Index = typename decltype(i)::type;
   register_instantiation("roi_align", "roi_align_forward_kernel", targs, &roi_align_forward_kernel<T, Index>);
+  register_roi_bins_nhwc<T, Index, RoiAlignBins<T>>("roi_align", targs);
   register_instantiation("roi_align", "roi_align_backward_kernel", targs, &roi_align_backward_kernel<T, Index>);
 });
 
@@ -86,6 +106,15 @@ const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, con
 
 void launch_roi_align_forward(const RoiAlignParams& params, const RoiAlignForwardArgs& args, DType dtype,
                               cudaStream_t stream) {
+  if (args.input_channels_last || args.channels_last_workspace != nullptr) {
+    dispatch_floating(dtype, "roi_align_forward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const RoiAlignBins<T> bins{params, static_cast<const T*>(args.rois), args.shape.batch, params.pooled_height,
+                                 params.pooled_width};
+      launch_roi_bins_nhwc<T>("roi_align", bins, args, stream);
+    });
+    return;
+  }
   launch_roi_indexed(
       "roi_align_forward", dtype, roi_elements(args.shape, params), kThreads, plane_fits_32bit(args.shape), stream,
       [](auto t, auto i) { return &roi_align_forward_kernel<type_of<decltype(t)>, type_of<decltype(i)>>; }, params,

@@ -22,7 +22,7 @@ void check_params(const RoiAlignParams& p) {
 
 at::Tensor roi_align_forward(const at::Tensor& input, const at::Tensor& rois, const RoiAlignParams& params) {
   return run_roi_forward(kOp, input, rois, params, [&] { check_params(params); }, &launch_roi_align_forward,
-                         &run_roi_align_forward_cpu);
+                         &run_roi_align_forward_cpu, /*nhwc_kernel=*/true);
 }
 
 at::Tensor roi_align_backward(const at::Tensor& grad, const at::Tensor& rois, const RoiAlignParams& params,

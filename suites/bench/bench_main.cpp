@@ -21,6 +21,7 @@
 #include "detops/harness/bench/calibration.h"
 #include "detops/harness/bench/correctness_digest.h"
 #include "detops/harness/bench/gpu_timer.h"
+#include "detops/harness/bench/hw_metrics.h"
 #include "detops/harness/bench/measure.h"
 #include "detops/harness/bench/provenance.h"
 #include "detops/harness/bench/record.h"
@@ -180,6 +181,10 @@ class Runner {
     settings_.stopping.max_samples = flags_.max_samples;
     settings_.cold_l2 = !flags_.warm;
     settings_.repetitions = flags_.repetitions;
+    if (flags_.metrics) {
+      hw_ = std::make_unique<HwMetricsProfiler>(0);
+      if (!hw_->available()) log << "detops_bench: hardware metrics skipped: " << hw_->reason() << "\n";
+    }
   }
 
   json provenance() const {
@@ -188,6 +193,9 @@ class Runner {
     in.timer_note = timer_note_;
     in.device_copy_bandwidth = copy_bandwidth_;
     in.settings = {{"cold_l2", settings_.cold_l2},
+                   {"l2_per_case",
+                    "warm cases (names ending in _warm) run their touch before each call instead of the flush, "
+                    "whatever cold_l2 says; each entry's l2 and l2_note say what ran (docs/benchmarks.md)"},
                    {"l2_flush_bytes", flusher_->bytes()},
                    {"min_samples", settings_.stopping.min_samples},
                    {"min_gpu_time_s", settings_.stopping.min_gpu_time_s},
@@ -198,10 +206,13 @@ class Runner {
                    {"throttle_fraction", settings_.throttle_fraction},
                    {"default_sm_clock_mhz_used", default_clock_mhz_ > 0 ? json(default_clock_mhz_) : json()},
                    {"warmup", std::to_string(settings_.warmup_calls) + " untimed calls before sampling" +
-                                  (settings_.cold_l2 ? ", each after an L2 flush" : "")},
+                                  ", each after the same L2 preparation as a sample (cold cases: " +
+                                  (settings_.cold_l2 ? "an L2 flush" : "none, --detops_warm") +
+                                  "; warm cases: their touch)"},
                    {"calibration_work", flags_.calibration_work},
                    {"hardware_metrics_requested", flags_.metrics}};
     if (!copy_bandwidth_note_.empty()) in.settings["device_copy_bandwidth_error"] = copy_bandwidth_note_;
+    if (hw_) in.settings["hardware_metrics_profiler"] = hw_->description();
     return run_provenance(in, *nvml_);
   }
 
@@ -212,12 +223,11 @@ class Runner {
     r.family_index = job.family_index;
     r.repetitions = settings_.repetitions;
     r.device_copy_bandwidth = copy_bandwidth_;
-    r.hardware_metrics = flags_.metrics
-                             ? json{{"status", "skipped"},
-                                    {"reason", "the Range Profiler pass is not implemented in this build"}}
-                             : json{{"status", "skipped"}, {"reason", "not requested"}};
+    r.hardware_metrics = hw_metrics_not_measured(
+        "skipped", flags_.metrics ? "the benchmark failed before the metrics pass" : "not requested");
     try {
       std::function<void()> call;
+      std::function<void()> touch;  // warm cases: run instead of the L2 flush
       if (job.op == nullptr) {
         r.op = "calibration";
         r.case_name = kCalibrationCase;
@@ -226,6 +236,7 @@ class Runner {
         r.shape = calibration_->shape();
         r.bytes_moved = calibration_->bytes();
         r.extra = {{"calibration_work", flags_.calibration_work}, {"chain_length", calibration_->chain_length()}};
+        r.extra.update(l2_extra(job));
         CalibrationKernel* k = calibration_.get();
         cudaStream_t s = stream_;
         call = [k, s] { k->launch(s); };
@@ -235,12 +246,18 @@ class Runner {
         r.dtype = dtype_name(job.dtype);
         r.shape = job.bench_case->shape;
         r.extra = {{"bytes_note", job.bench_case->bytes_note}};
+        r.extra.update(l2_extra(job));
         const BenchInstance& inst = instance(job);
         call = job.backward ? inst.backward : inst.forward;
         r.bytes_moved = job.backward ? inst.bytes_backward : inst.bytes_forward;
         if (!call) throw std::runtime_error("the benchmark case declares no " + r.direction + " call");
+        if (job.bench_case->l2 == L2State::kWarm) {
+          touch = job.backward ? inst.touch_backward : inst.touch_forward;
+          if (!touch) throw std::runtime_error("the warm benchmark case declares no " + r.direction + " touch");
+        }
       }
-      const Measurement m = measure_call(call, stream_, *timer_, *nvml_, default_clock_mhz_, settings_, *flusher_);
+      const Measurement m =
+          measure_call(call, stream_, *timer_, *nvml_, default_clock_mhz_, settings_, *flusher_, touch);
       r.samples_ms = m.samples_ms;
       r.span_samples_ms = m.span_samples_ms;
       r.sm_clocks_mhz = m.sm_clocks_mhz;
@@ -254,6 +271,7 @@ class Runner {
       r.extra["discarded_invalid_other"] = m.discarded_other;
       r.extra["kernels_per_call_varied"] = m.kernels_per_call_varied;
       r.extra["window_attributed_samples"] = m.window_attributed_samples;
+      if (hw_) r.hardware_metrics = metrics_pass(call, touch, r);
     } catch (const std::exception& e) {
       r.error = e.what();
       cudaGetLastError();
@@ -263,6 +281,49 @@ class Runner {
   }
 
  private:
+  // The hardware-metrics pass of one benchmark, after its timed samples (docs/benchmarks.md, "Hardware
+  // metrics"): the same op call in one CUPTI user range, replayed as often as the metrics need, each
+  // replay after the same L2 preparation as a sample (measure_call's: the case's touch, else the flush in
+  // cold mode, else nothing; keep the two in step). Its failures are recorded, never thrown.
+  json metrics_pass(const std::function<void()>& call, const std::function<void()>& touch, const BenchmarkResult& r) {
+    std::function<void()> prepare;
+    if (touch) {
+      cudaStream_t s = stream_;
+      prepare = [touch, s] {
+        touch();
+        const cudaError_t e = cudaStreamSynchronize(s);
+        if (e != cudaSuccess) {
+          throw std::runtime_error(std::string("the touch before a replay failed: ") + cudaGetErrorString(e));
+        }
+      };
+    } else if (settings_.cold_l2) {
+      L2Flusher* f = flusher_.get();
+      cudaStream_t s = stream_;
+      prepare = [f, s] { f->flush(s); };
+    }
+    try {
+      const HwMetricsOutcome o = hw_->measure(call, prepare);
+      const double median_ms = r.samples_ms.empty() ? 0.0 : median_of(repetition_medians(r.samples_ms, r.repetitions));
+      return hw_metrics_json(o, median_ms, !touch && settings_.cold_l2);
+    } catch (const std::exception& e) {  // never lose the timings over the metrics
+      cudaGetLastError();
+      return hw_metrics_not_measured("error", e.what());
+    }
+  }
+
+  // The entry's L2 state: what ran before each warm-up call and sample (docs/benchmarks.md, "L2 state").
+  json l2_extra(const Job& job) const {
+    if (job.op != nullptr && job.bench_case->l2 == L2State::kWarm) {
+      return {{"l2", "warm"}, {"l2_note", "touch: " + job.bench_case->touch_note}};
+    }
+    if (settings_.cold_l2) {
+      return {{"l2", "cold"},
+              {"l2_note", "flush: cudaMemsetAsync over " + std::to_string(flusher_->bytes()) +
+                              " bytes (twice the L2 size, at least 1 MiB)"}};
+    }
+    return {{"l2", "warm"}, {"l2_note", "none (--detops_warm): the inputs as the previous call left them"}};
+  }
+
   // The instance of the job's (op, case, dtype), built once and shared by its fwd and bwd benchmarks.
   const BenchInstance& instance(const Job& job) {
     const std::string key = job.op->name + "/" + job.bench_case->name + "/" + dtype_name(job.dtype);
@@ -293,6 +354,7 @@ class Runner {
   std::unique_ptr<BenchInstance> instance_;
   std::string instance_key_;
   std::unique_ptr<CalibrationKernel> calibration_;
+  std::unique_ptr<HwMetricsProfiler> hw_;  // --detops_metrics only
 };
 
 // Google Benchmark's own context fields, as its JSON reporter writes them.

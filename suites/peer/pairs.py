@@ -63,6 +63,9 @@ class Pair:
     # Memory-bound ops: the inputs every call reads at least once. With the output (and, backward, grad_output and
     # the gradients of grad_keys) they are the bytes of the DRAM floor (bytes / peak bandwidth; docs/peers.md).
     dram_reads: tuple = ()
+    # The input a warm case's touch rewrites before a forward sample (scripts/peer_bench.py; a backward's touch
+    # rewrites grad_output): the RoI ops' feature map.
+    main_input: str = "x"
 
 
 # ---------------------------------------------------------------- input builders
@@ -101,15 +104,124 @@ def grid_rois(g, k, n, h, w, scale, ph, pw):
     return torch.stack([b, x1 / scale, y1 / scale, (x1 + rw) / scale, (y1 + rh) / scale], 1)
 
 
+def proposal_boxes(g, k, img_h=800.0, img_w=1344.0):
+    """RPN-like proposals [k, 4], the Python twin of the C++ bench_proposal_rois (harness/bench_inputs.h): sqrt(area)
+    log-uniform in [4, 400] px, aspect h/w log-uniform in [1/3, 3], centres uniform in the image, not clipped (boxes
+    near the border cross it). The same distribution, not the same numbers: torch's generator, not mt19937_64."""
+    u = torch.rand(k, 4, generator=g, dtype=F64)
+    size = torch.exp(math.log(4.0) + u[:, 0] * (math.log(400.0) - math.log(4.0)))
+    aspect = torch.exp(math.log(1 / 3) + u[:, 1] * (math.log(3.0) - math.log(1 / 3)))
+    w, h = size / aspect.sqrt(), size * aspect.sqrt()
+    cx, cy = u[:, 2] * img_w, u[:, 3] * img_h
+    return torch.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
+
+
+# How far (feature-map pixels) every sample of a guarded proposal keeps from where the op's definition jumps, and
+# how far its adaptive grid's bin size keeps from an integer (where ceil jumps). fp32 positions at |x| < 400 are
+# ~1e-4 px off the fp64 ones at worst (a few roundings of 3e-5), so 1e-3 leaves a margin of 10.
+SAMPLE_MARGIN = 1e-3
+
+
+def _axis_risky(start, size, pooled, sr, limit, min_size):
+    """RoIAlign-style samples along one axis (start + i * bin + (iy + 0.5) * bin / grid, bin = max(size, min_size) /
+    pooled, grid = sr or ceil(bin)), per roi: True where a sample lies within SAMPLE_MARGIN of -1 or limit (beyond
+    them a sample is 0, at them the edge value; an exact hit too, since the fp64 truth's own rounding may move it
+    off), where an adaptive grid's bin size is within SAMPLE_MARGIN of an integer but not one (fp32 and fp64 could
+    take different sample counts; an exact integer comes from exact arithmetic, the same in both), or where the bin
+    is empty (size 0: ps_roi_align's bins are then NaN on both sides). start and size in feature-map pixels, fp64,
+    from rois already rounded to the dtype under test. The minimum size is a max(), continuous: no guard."""
+    eff = size.clamp(min=min_size) if min_size else size
+    b = eff / pooled
+    risky = b <= 0
+    if sr > 0:
+        grid = torch.full(size.shape, float(sr), dtype=F64)
+    else:
+        dist = (b - b.round()).abs()
+        risky |= (dist > 0) & (dist < SAMPLE_MARGIN)
+        grid = b.ceil().clamp(min=1)
+    gmax = int(grid.max()) if size.numel() else 1
+    i = torch.arange(pooled, dtype=F64).view(1, -1, 1)
+    iy = torch.arange(gmax, dtype=F64).view(1, 1, -1)
+    pos = start.view(-1, 1, 1) + i * b.view(-1, 1, 1) + (iy + 0.5) * (b / grid).view(-1, 1, 1)
+    near = ((pos + 1).abs() < SAMPLE_MARGIN) | ((pos - limit).abs() < SAMPLE_MARGIN)
+    near &= iy < grid.view(-1, 1, 1)
+    return risky | near.flatten(1).any(1)
+
+
+def _ps_pool_axis_risky(v1, v2, pooled):
+    """ps_roi_pool's bins along one axis: r = round half away from zero of the scaled coordinates, n = max(r2 - r1,
+    1), bin edges floor(i * fl(n / pooled)) and ceil(i * fl(n / pooled)) in the dtype's arithmetic (torchvision's,
+    and DetOps's default): True where fp32 edges differ from fp64 ones (the last edge, pooled * fl(n / pooled), is
+    n +- an ulp, and ceil may take the next row: n = 29, 31, 57, ... 8 % of the sizes below 400). The scaled
+    coordinates themselves are exact in both (a dtype's value times a power of two), so a rounding tie is decided
+    alike and needs no guard."""
+    r1, r2 = v1.sign() * (v1.abs() + 0.5).floor(), v2.sign() * (v2.abs() + 0.5).floor()
+    n = (r2 - r1).clamp(min=1)
+    edges = {}
+    for dt in (F32, F64):
+        b = n.to(dt).view(-1, 1) / pooled
+        i = torch.arange(pooled + 1, dtype=dt).view(1, -1)
+        edges[dt] = torch.cat([(i * b).floor(), (i * b).ceil()], 1).to(F64)
+    return (edges[F32] != edges[F64]).any(1)
+
+
+def guarded_proposals(g, p, n, h, w):
+    """Proposals (proposal_boxes) as rois [n * per_image, 5] grouped by image, per_image = p["k"] // n. Unclipped, so
+    some cross the border, where RoIAlign's definition jumps (a sample beyond x = W or below x = -1 is 0, one at it
+    the edge value) and rounding alone would decide the side in fp32 against the fp64 truth (the 0.45 'error' of
+    image_rois' docstring). p["guard"] names the op whose geometry is checked: "roi_align" (aligned and min size 1
+    when not aligned, from p), "ps_roi_align" (always aligned, no min size) or "ps_roi_pool" (bin edges); each
+    roi is checked after rounding to every dtype (bf16, fp16, fp32, fp64: what the peer suite feeds both sides) and
+    redrawn from the same distribution while a check fails. None: no guard (roi_pool: its truth is in the same
+    dtype, so both sides round alike). The redraws make the guarded sizes and positions a slightly thinned copy of
+    the distribution; the C++ benchmarks time the unguarded one."""
+    scale, pooled, guard = p["scale"], p["pooled"], p.get("guard")
+    per_image = p["k"] // n
+    if per_image * n != p["k"]:
+        raise ValueError(f"{p['k']} proposals do not split evenly over {n} images")
+    img_h, img_w = h / scale, w / scale
+    boxes = proposal_boxes(g, per_image * n, img_h, img_w)
+    for _ in range(200):
+        if guard is None:
+            break
+        bad = torch.zeros(boxes.shape[0], dtype=torch.bool)
+        for dt in ALL_DTYPES:
+            bx = boxes.to(dt).to(F64) * scale
+            if guard == "ps_roi_pool":
+                bad |= _ps_pool_axis_risky(bx[:, 0], bx[:, 2], pooled) | _ps_pool_axis_risky(bx[:, 1], bx[:, 3], pooled)
+                continue
+            if guard == "roi_align":
+                off, min_size = (0.5, 0.0) if p["aligned"] else (0.0, 1.0)
+            elif guard == "ps_roi_align":
+                off, min_size = 0.5, 0.0
+            else:
+                raise ValueError(f"unknown proposal guard {guard!r}")
+            s = bx - off
+            for a, limit in ((0, w), (1, h)):
+                bad |= _axis_risky(s[:, a], s[:, a + 2] - s[:, a], pooled, p.get("sr", 0), limit, min_size)
+        if not bad.any():
+            break
+        boxes[bad] = proposal_boxes(g, int(bad.sum()), img_h, img_w)
+    else:
+        raise RuntimeError(f"guarded_proposals: {int(bad.sum())} proposals still near a jump after 200 redraws")
+    b = torch.arange(n, dtype=F64).repeat_interleave(per_image)
+    return torch.cat([b.view(-1, 1), boxes], 1)
+
+
 def make_roi(p, seed, grid=False):
+    """x uniform in [-1, 1), rois by p["boxes"]: "proposals" (guarded_proposals), else grid_rois (grid) or
+    image_rois."""
     g = torch.Generator().manual_seed(seed)
     n, c, h, w = p["x"]
     x = torch.rand(n, c, h, w, generator=g, dtype=F64) * 2 - 1
-    if grid:
+    if p.get("boxes") == "proposals":
+        rois = guarded_proposals(g, p, n, h, w)
+    elif grid:
         rois = grid_rois(g, p["k"], n, h, w, p["scale"], p["pooled"], p["pooled"])
     else:
         rois = image_rois(g, p["k"], n, h / p["scale"], w / p["scale"])
-    return {"x": x, "rois": rois, **{k: v for k, v in p.items() if k not in ("x", "k", "shape")}}
+    skip = ("x", "k", "shape", "boxes", "guard", "l2")
+    return {"x": x, "rois": rois, **{k: v for k, v in p.items() if k not in skip}}
 
 
 def image_boxes(g, n, w=1344.0, h=800.0):
@@ -187,6 +299,15 @@ def _tvops():
     return tvo
 
 
+def cold_and_warm(name, full, cpu, seed):
+    """A model case twice, on the same inputs: cold (the L2 flushed before each sample) and name + "_warm" (the op's
+    main input rewritten in place before each sample instead: scripts/peer_bench.py), as the C++ cases are."""
+    def warm(p):
+        return dict(p, l2="warm", shape=p["shape"] + " warm L2")
+    return [Case(name, "model", dict(full, l2="cold"), dict(cpu, l2="cold"), seed),
+            Case(name + "_warm", "model", warm(full), warm(cpu), seed)]
+
+
 def roi_align_cases():
     out = []
     for i, (name, k, pooled) in enumerate([("box_head_1000", 1000, 7), ("box_head_train_1024", 1024, 7),
@@ -196,6 +317,20 @@ def roi_align_cases():
         cpu = dict(full, x=[2, 4, 50, 84], k=min(k, 64), scale=1 / 16,
                    shape=f"x[2,4,50,84] rois[{min(k, 64)},5] {pooled}x{pooled} scale 1/16 sr2 aligned")
         out.append(Case(name, "model", full, cpu, 9001 + 10 * i))
+    # Issue 13: RPN proposals, 1000 per image (a mask head's 128 positives per image), cold and warm; the C++
+    # benchmark cases of the same names (suites/specs/roi_align.cpp).
+    for i, (name, per_image, pooled, sr, aligned) in enumerate([("rpn_box_sr2", 1000, 7, 2, False),
+                                                                ("rpn_box_sr0_aligned", 1000, 7, 0, True),
+                                                                ("rpn_box_sr0", 1000, 7, 0, False),
+                                                                ("rpn_mask_sr0_aligned", 128, 14, 0, True)]):
+        tail = f"{pooled}x{pooled} scale 1/4 sr{sr}{' (adaptive)' if sr <= 0 else ''}{' aligned' if aligned else ''}"
+        full = {"x": [2, 256, 200, 336], "k": 2 * per_image, "scale": 0.25, "pooled": pooled, "sr": sr,
+                "aligned": aligned, "boxes": "proposals", "guard": "roi_align",
+                "shape": f"x[2,256,200,336] proposals[{2 * per_image},5] {tail}"}
+        k_cpu = 2 * min(per_image, 32)
+        cpu = dict(full, x=[2, 4, 50, 84], k=k_cpu, scale=1 / 16,
+                   shape=f"x[2,4,50,84] proposals[{k_cpu},5] {tail.replace('scale 1/4', 'scale 1/16')}")
+        out += cold_and_warm(name, full, cpu, 9041 + 10 * i)
     for seed, x, k, scale, pooled, sr, aligned in [(1, [2, 3, 20, 24], 17, 0.25, 7, 0, False),
                                                    (2, [1, 4, 25, 42], 9, 1 / 32, 14, 0, True),
                                                    (3, [3, 2, 13, 21], 30, 1 / 16, 1, 1, False)]:
@@ -210,6 +345,12 @@ def roi_pool_cases():
             "shape": "x[2,256,200,336] rois[1000,5] 7x7 scale 1/4"}
     cpu = dict(full, x=[2, 4, 50, 84], k=64, scale=1 / 16, shape="x[2,4,50,84] rois[64,5] 7x7 scale 1/16")
     out = [Case("box_head_1000", "model", full, cpu, 9101)]
+    # Issue 13: 1000 RPN proposals per image, cold and warm. No guard: the truth is torchvision in the same
+    # dtype (fp32 for the halves), which rounds its bin edges as DetOps does.
+    full = {"x": [2, 256, 200, 336], "k": 2000, "scale": 0.25, "pooled": 7, "boxes": "proposals",
+            "shape": "x[2,256,200,336] proposals[2000,5] 7x7 scale 1/4"}
+    cpu = dict(full, x=[2, 4, 50, 84], k=64, scale=1 / 16, shape="x[2,4,50,84] proposals[64,5] 7x7 scale 1/16")
+    out += cold_and_warm("rpn_box", full, cpu, 9111)
     for seed, x, k, scale, pooled in [(1, [2, 3, 20, 24], 17, 0.25, 7), (2, [3, 2, 13, 21], 30, 1 / 16, 3)]:
         p = {"x": x, "k": k, "scale": scale, "pooled": pooled, "shape": f"x{x} rois[{k},5] {pooled}x{pooled}"}
         out.append(Case(f"random_{seed}", "random", p, p, seed))
@@ -222,6 +363,14 @@ def ps_cases(align):
             "shape": f"x[2,490,200,336] rois[1000,5] 7x7 scale 1/4{sfx}"}
     cpu = dict(full, x=[2, 98, 50, 84], k=64, scale=1 / 16, shape=f"x[2,98,50,84] rois[64,5] 7x7 scale 1/16{sfx}")
     out = [Case("rfcn_1000", "model", full, cpu, 9201 if align else 9301)]
+    # Issue 13: 1000 RPN proposals per image, cold and warm; ps_roi_align with torchvision's default sampling_ratio
+    # (-1, adaptive). Guarded (guarded_proposals) against fp32-vs-fp64 sample sides and bin edges.
+    sfx = " sr-1 (adaptive)" if align else ""
+    full = {"x": [2, 490, 200, 336], "k": 2000, "scale": 0.25, "pooled": 7, "sr": -1, "boxes": "proposals",
+            "guard": "ps_roi_align" if align else "ps_roi_pool",
+            "shape": f"x[2,490,200,336] proposals[2000,5] 7x7 scale 1/4{sfx}"}
+    cpu = dict(full, x=[2, 98, 50, 84], k=64, scale=1 / 16, shape=f"x[2,98,50,84] proposals[64,5] 7x7 scale 1/16{sfx}")
+    out += cold_and_warm("rpn_rfcn", full, cpu, 9211 if align else 9311)
     for seed, x, k, scale, pooled in [(1, [2, 18, 20, 24], 17, 0.25, 3), (2, [3, 4, 13, 21], 30, 1 / 16, 1)]:
         p = {"x": x, "k": k, "scale": scale, "pooled": pooled, "sr": 0, "shape": f"x{x} rois[{k},5] {pooled}x{pooled}"}
         out.append(Case(f"random_{seed}", "random", p, p, seed))

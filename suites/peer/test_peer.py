@@ -311,3 +311,47 @@ def test_dense_floor_is_the_same_convolution():
             inp["mask"] = torch.ones_like(inp["mask"])
         torch.testing.assert_close(pair.tv(inp), pair.floor(inp), atol=1e-12, rtol=1e-12,
                                    msg=lambda m: f"{case.name}: {m}")
+
+
+def test_proposal_guard_flags_the_jumps():
+    """pairs.guarded_proposals' checks (docs/peers.md): a sample on x = W (or -1) and an adaptive bin size just off
+    an integer are flagged, their neighbours 0.01 px away and an exact integer bin are not; ps_roi_pool's sizes
+    whose fp32 bin edges differ from fp64's (29) are flagged, others (28) not."""
+    W = 336.0
+    risky = pairs._axis_risky
+    f64 = lambda *v: torch.tensor(v, dtype=F64)  # noqa: E731
+    # 7 bins of 2 px, 1 sample each: samples at start + 1, start + 3, ..., start + 13.
+    assert risky(f64(W - 13), f64(14.0), 7, 1, W, 0.0).tolist() == [True]
+    assert risky(f64(W - 13 + 0.01), f64(14.0), 7, 1, W, 0.0).tolist() == [False]
+    assert risky(f64(-2.0), f64(14.0), 7, 1, W, 0.0).tolist() == [True]  # the first sample at -1
+    # adaptive grid: bin 3 + 1e-4 (ceil 4 in fp64, 3 or 4 in fp32) flagged; exactly 3, or 3.01, not; empty flagged
+    assert risky(f64(10.0, 10.0, 10.0, 10.0), f64(21.0007, 21.0, 21.07, 0.0), 7, 0, W, 0.0).tolist() == \
+        [True, False, False, True]
+    ps = pairs._ps_pool_axis_risky
+    assert ps(f64(0.0, 0.0, 3.0), f64(29.0, 28.0, 31.0), 7).tolist() == [True, False, False]  # 31 - 3 = 28
+
+
+@pytest.mark.parametrize("op,name", [("roi_align", "rpn_box_sr0"), ("ps_roi_align", "rpn_rfcn"),
+                                     ("ps_roi_pool", "rpn_rfcn")])
+def test_guarded_proposals_cross_the_border_but_keep_off_the_jumps(op, name):
+    """The full-size proposal cases (what the CUDA peer times): 1000 per image grouped by image, x1 < x2 and
+    y1 < y2, some crossing the image border (not clipped), and no roi the guard would flag in any dtype."""
+    pair = next(p for p in PAIRS if p.op == op)
+    p = next(c for c in pair.cases if c.name == name).params
+    n, _, h, w = p["x"]
+    g = torch.Generator().manual_seed(5)
+    rois = pairs.guarded_proposals(g, p, n, h, w)
+    assert rois.shape == (2000, 5) and rois[:1000, 0].eq(0).all() and rois[1000:, 0].eq(1).all()
+    assert (rois[:, 3] > rois[:, 1]).all() and (rois[:, 4] > rois[:, 2]).all()
+    crossing = (rois[:, 1] < 0) | (rois[:, 2] < 0) | (rois[:, 3] > w / p["scale"]) | (rois[:, 4] > h / p["scale"])
+    assert 0.05 < crossing.double().mean() < 0.4
+    for dt in ALL_DTYPES:
+        bx = rois[:, 1:].to(dt).to(F64) * p["scale"]
+        if op == "ps_roi_pool":
+            bad = pairs._ps_pool_axis_risky(bx[:, 0], bx[:, 2], 7) | pairs._ps_pool_axis_risky(bx[:, 1], bx[:, 3], 7)
+        else:
+            s = bx - 0.5 if op == "ps_roi_align" or p.get("aligned") else bx
+            min_size = 0.0 if op == "ps_roi_align" or p.get("aligned") else 1.0
+            bad = pairs._axis_risky(s[:, 0], s[:, 2] - s[:, 0], 7, p["sr"], w, min_size)
+            bad |= pairs._axis_risky(s[:, 1], s[:, 3] - s[:, 1], 7, p["sr"], h, min_size)
+        assert not bad.any(), f"{DTYPE_NAME[dt]}: {int(bad.sum())} rois near a jump"

@@ -36,11 +36,16 @@ class Args:
 PEAK = (1e11, "test: 100 GB/s")
 
 
-def wall_timer(torch_, fn, n, warmup, flush):
+def wall_timer(torch_, fn, n, warmup, flush, touch=None):
+    """measure()'s loop with the wall clock: the touch (warm cases) before each warm-up call and sample, untimed."""
     for _ in range(warmup):
+        if touch:
+            touch()
         fn()
     times = []
     for _ in range(n):
+        if touch:
+            touch()
         t = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t) * 1e3)
@@ -93,8 +98,9 @@ def test_entries_on_the_cpu_are_complete_and_schema_valid():
     rec["peers"] = [e for _, _, e in entries]
     json.dumps(rec, allow_nan=False)
     table = peer_bench.markdown_table(rec["peers"])
-    assert table.splitlines()[0] == ("| op | peer | case | dtype | direction | peer ms | DetOps ms | speed-up | floor | "
-                                     "max error | peer's max error |")
+    assert table.splitlines()[0] == ("| op | peer | case | dtype | direction | L2 | peer ms | DetOps ms | speed-up | "
+                                     "floor | max error | peer's max error |")
+    assert all(e["l2"] == "cold" and e["l2_note"].startswith("flush") for _, _, e in entries)  # random cases
     assert len(table.splitlines()) == 2 + len(entries)
     assert "| masked_conv2d | plain PyTorch: conv2d then mask |" in table
     assert "of DRAM floor" in table
@@ -215,12 +221,143 @@ def test_merge_target_is_validated_before_anything_runs(capsys, tmp_path, breaka
     assert rec.read_text() == text
 
 
+def test_bad_cases_filter_is_refused_before_anything_runs(capsys):
+    assert peer_bench.main(["--cases", "rpn_(box"]) == 2
+    err = capsys.readouterr().err
+    assert "--cases 'rpn_(box' is not a regular expression" in err and "Traceback" not in err
+
+
 def test_write_atomic_replaces_the_file(tmp_path):
     path = tmp_path / "record.json"
     path.write_text('{"old": 1}')
     peer_bench.write_atomic(path, {"peers": []})
     assert json.loads(path.read_text()) == {"peers": []}
     assert not (tmp_path / "record.json.tmp").exists()
+
+
+def warm_cases():
+    return [(pair, case) for pair in pairs.PAIRS for case in pair.cases if case.params.get("l2") == "warm"]
+
+
+def test_warm_cases_are_twins_of_cold_model_cases():
+    """Issue 13: every RoI op has its proposal cases cold and warm, as the C++ benchmarks name them; a warm case is
+    its cold twin's inputs (same seed and sizes) with l2 'warm' and ' warm L2' after the shape."""
+    names = {(pair.op, case.name) for pair, case in warm_cases()}
+    assert names == {("roi_align", "rpn_box_sr2_warm"), ("roi_align", "rpn_box_sr0_aligned_warm"),
+                     ("roi_align", "rpn_box_sr0_warm"), ("roi_align", "rpn_mask_sr0_aligned_warm"),
+                     ("roi_pool", "rpn_box_warm"), ("ps_roi_align", "rpn_rfcn_warm"), ("ps_roi_pool", "rpn_rfcn_warm")}
+    for pair, case in warm_cases():
+        cold = next(c for c in pair.cases if c.name == case.name[:-len("_warm")])
+        assert case.kind == cold.kind == "model" and case.seed == cold.seed and cold.params["l2"] == "cold"
+        for p, q in ((case.params, cold.params), (case.cpu_params, cold.cpu_params)):
+            assert p["shape"] == q["shape"] + " warm L2"
+            assert {k: v for k, v in p.items() if k not in ("l2", "shape")} == \
+                   {k: v for k, v in q.items() if k not in ("l2", "shape")}
+    full = next(c for p, c in warm_cases() if c.name == "rpn_box_sr0_aligned_warm").params
+    assert full["shape"] == "x[2,256,200,336] proposals[2000,5] 7x7 scale 1/4 sr0 (adaptive) aligned warm L2"
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_warm_entry_touches_the_input_both_sides_read(monkeypatch, direction):
+    """A warm entry hands each side's timer a touch instead of relying on the flush: forward, the feature map both
+    sides read; backward, each side's own grad_output. The touch rewrites it in place (its version moves) with the
+    same values, and the entry says so."""
+    touched = []
+    real_touch_fn = peer_bench.touch_fn
+
+    def recording_touch_fn(torch_, t):
+        touched.append(t)
+        return real_touch_fn(torch_, t)
+
+    monkeypatch.setattr(peer_bench, "touch_fn", recording_touch_fn)
+    given = []
+
+    def timer(torch_, fn, n, warmup, flush, touch=None):
+        given.append(touch)
+        return wall_timer(torch_, fn, n, warmup, flush, touch)
+
+    pair = next(p for p in pairs.PAIRS if p.op == "roi_align")
+    case = next(c for c in pair.cases if c.name == "rpn_box_sr2_warm")
+    base = pair.make(case.cpu_params, case.seed)
+    e = peer_bench.run_one(torch, pairs, nms_checks, pair, case, base, torch.float32, direction, Args, None,
+                           device="cpu", timer=timer, peak=PEAK)
+    assert "error" not in e, e.get("error")
+    assert e["l2"] == "warm" and e["case"] == "rpn_box_sr2_warm"
+    assert ("x.mul_(1)" if direction == "fwd" else "grad_output.mul_(1)") in e["l2_note"]
+    assert len(given) == 2 and all(callable(t) for t in given)  # DetOps and torchvision, each with its touch
+    x = pairs.cast_inputs(pair, base, torch.float32, "cpu")["x"]
+    k, c = case.cpu_params["k"], case.cpu_params["x"][1]
+    if direction == "fwd":
+        assert len(touched) == 2 and touched[0] is touched[1] and torch.equal(touched[0], x)
+    else:
+        assert len(touched) == 2 and touched[0] is not touched[1] and torch.equal(touched[0], touched[1])
+        assert touched[0].shape == (k, c, 7, 7)
+    for t, touch in zip(touched, given):
+        before, version = t.clone(), t._version
+        touch()
+        assert t._version > version and torch.equal(t, before)
+    assert "| rpn_box_sr2_warm | fp32 | " + direction + " | warm |" in peer_bench.markdown_table([e])
+    rec = sr.make_record(sr.demo_benchmarks(), sr.demo_tests(), seed=1)
+    rec["peers"] = [e]
+    assert_schema_valid(rec)
+
+
+def test_warm_entries_on_the_cpu_are_complete():
+    """Every warm case at its CPU size, fp32, both directions, with the wall-clock timer: no error, within the
+    tolerance of the truth (the guarded proposals keep samples off the jumps), l2 recorded."""
+    entries = []
+    for pair, case in warm_cases():
+        base = pair.make(case.cpu_params, case.seed)
+        for direction in ("fwd", "bwd"):
+            e = peer_bench.run_one(torch, pairs, nms_checks, pair, case, base, torch.float32, direction, Args, None,
+                                   device="cpu", timer=wall_timer, peak=PEAK)
+            where = f"{e['op']}/{e['case']}/{direction}"
+            assert "error" not in e, f"{where}: {e.get('error')}"
+            assert e["l2"] == "warm" and e["detops_ms"] > 0 and e["torchvision_ms"] > 0, where
+            assert e["max_abs_error"] <= e["tolerance"]["atol"] + e["tolerance"]["rtol"] * 100, where
+            entries.append(e)
+    rec = sr.make_record(sr.demo_benchmarks(), sr.demo_tests(), seed=1)
+    rec["peers"] = entries
+    assert_schema_valid(rec)
+
+
+def test_measure_touches_outside_the_profiled_range(monkeypatch):
+    """peer_bench.measure on the CPU (the profiler's CPU events; a stand-in for torch.cuda.synchronize): warm, the
+    touch runs before each warm-up call and each sample, and its op (aten::mul_) starts and ends outside every
+    sample's range, just before it; cold, the flush (aten::zero_) does, and no touch."""
+    shim = type("TorchShim", (), {"cuda": type("Cuda", (), {"synchronize": staticmethod(lambda: None)})})()
+    x, flush = torch.ones(4096), torch.empty(1 << 16, dtype=torch.uint8)
+    seen = {}
+
+    def fake_kernel_sample_times(prof, n):
+        events = [e for e in prof.events() if e.device_type.name == "CPU"]
+        ranges = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == peer_bench.RANGE)
+        prep = sorted((e.time_range.start, e.time_range.end) for e in events if e.name in ("aten::mul_", "aten::zero_"))
+        seen.update(ranges=ranges, prep=prep, names={e.name for e in events})
+        return [1.0] * n, [1] * n
+
+    monkeypatch.setattr(peer_bench, "kernel_sample_times", fake_kernel_sample_times)
+    calls = []
+
+    def touch():
+        calls.append("touch")
+        with torch.no_grad():
+            x.mul_(1)
+
+    def fn():
+        calls.append("call")
+        return (x + 1).sum()
+
+    med, times = peer_bench.measure(shim, fn, 5, 2, flush, touch=touch)
+    assert med == 1.0 and len(times) == 5
+    assert calls == ["touch", "call"] * 7  # 2 warm-up calls, 5 samples
+    assert len(seen["ranges"]) == 5 and len(seen["prep"]) == 5 and "aten::zero_" not in seen["names"]
+    for (p0, p1), (r0, r1) in zip(seen["prep"], seen["ranges"]):
+        assert p1 <= r0, "the touch must end before the sample's range starts"
+    assert all(not (r0 <= p0 <= r1) for p0, _ in seen["prep"] for r0, r1 in seen["ranges"])
+    calls.clear()
+    peer_bench.measure(shim, fn, 3, 1, flush)
+    assert calls == ["call"] * 4 and "aten::mul_" not in seen["names"] and len(seen["prep"]) == 3
 
 
 def test_entries_past_the_time_budget_are_marked_not_run():

@@ -92,6 +92,32 @@ def benchmark_entries(op, case, dtype, direction, shape, base_ms, rng, repetitio
     return entries
 
 
+def measured_hardware_metrics(read, written, duration_ns, median_ms, pct_of_peak=None, l2_bytes=None, passes=3,
+                              l2="cold"):
+    """A "measured" hardware_metrics object as detops_bench writes it (harness/src/bench/hw_metrics_record.cpp)."""
+    total = read + written
+    metrics = {"dram__bytes_read.sum": float(read), "dram__bytes_write.sum": float(written),
+               "gpu__time_duration.sum": float(duration_ns)}
+    if pct_of_peak is not None:
+        metrics["dram__throughput.avg.pct_of_peak_sustained_elapsed"] = pct_of_peak
+    if l2_bytes is not None:
+        metrics["lts__t_bytes.sum"] = float(l2_bytes)
+    return {"status": "measured", "dram_bytes_read": int(read), "dram_bytes_write": int(written),
+            "duration_ns": float(duration_ns),
+            "dram_throughput_bytes_per_second": total / (duration_ns * 1e-9) if duration_ns > 0 else None,
+            "dram_throughput_at_median_bytes_per_second": total / (median_ms * 1e-3) if median_ms > 0 else None,
+            "dram_pct_of_peak": pct_of_peak, "l2_bytes": l2_bytes, "passes": passes, "l2": l2, "metrics": metrics}
+
+
+def set_hardware_metrics(record, key, hardware_metrics):
+    """Puts hardware_metrics into the median entry of benchmark `key` ("op/case/dtype/dir") of `record`."""
+    for e in record["benchmarks"]:
+        if e.get("run_name") == key and e.get("aggregate_name") == "median":
+            e["detops"]["hardware_metrics"] = hardware_metrics
+            return record
+    raise KeyError(key)
+
+
 def correctness_test(name, outcome="passed", max_abs_error=1e-7, max_rel_error=1e-7, atol=1e-5, rtol=1e-5, message=""):
     op, check, case, dtype, device = name.split(".")
     return {"name": name, "op": op, "check": check, "case": case, "dtype": dtype, "device": device, "outcome": outcome,

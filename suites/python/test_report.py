@@ -225,3 +225,78 @@ def test_report_without_peers_says_why(demo, tmp_path):
     out = tmp_path / "r.html"
     assert report.main([str(cand), "-o", str(out)]) == 0
     assert "No peer entries in this record" in parse(out).section_text["peers"]
+
+
+def _hw_record(tmp_path):
+    """Three benchmarks: one measured, one whose pass failed, one where the machine could not profile."""
+    rec = sr.make_record([("roi_align", "box_head_1000", "fp32", "fwd", 0.36),
+                          ("roi_align", "box_head_1000", "fp32", "bwd", 1.2),
+                          ("nms", "boxes_20000", "fp32", "fwd", 0.5)])
+    sr.set_hardware_metrics(rec, "roi_align/box_head_1000/fp32/fwd",
+                            sr.measured_hardware_metrics(read=150_000_000, written=50_176_000, duration_ns=400_000,
+                                                         median_ms=0.36, pct_of_peak=10.5, l2_bytes=9e8, passes=4))
+    sr.set_hardware_metrics(rec, "roi_align/box_head_1000/fp32/bwd",
+                            {"status": "error", "passes": 1,
+                             "reason": "the op call failed during the metrics pass: <out of memory>"})
+    sr.set_hardware_metrics(rec, "nms/boxes_20000/fp32/fwd",
+                            {"status": "skipped", "reason": "cuptiRangeProfilerStart failed: "
+                             "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES; run as root"})
+    return sr.write(tmp_path / "hw" / "record.json", rec)
+
+
+def test_report_shows_measured_dram_figures_and_why_others_are_missing(tmp_path):
+    path = _hw_record(tmp_path)
+    out = tmp_path / "r.html"
+    assert report.main([str(path), "-o", str(out)]) == 0
+    page = parse(out)
+    text = " ".join(page.section_text["hardware-metrics"].split())
+    # read 150e6 B = 143 MiB, written 50.176e6 B = 47.9 MiB, range 400 us, 200.176e6 B / 400 us = 500 GB/s,
+    # over the 0.36 ms median: 556 GB/s; 10.5% of peak; 4 passes.
+    assert "roi_align box_head_1000 fp32 fwd 143 MiB 47.9 MiB 400 500 GB/s 556 GB/s 10.5% 4" in text
+    # The measured table has exactly one row, the measured benchmark's; the others get no numbers.
+    assert [i for i in page.row_ids if i.startswith("hw-")] == ["hw-roi_align-box_head_1000-fp32-fwd"]
+    assert "error (1 benchmark): the op call failed during the metrics pass: <out of memory>" in text
+    assert "roi_align/box_head_1000/fp32/bwd" in text
+    assert "skipped (1 benchmark): cuptiRangeProfilerStart failed: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES" in text
+    assert "nms/boxes_20000/fp32/fwd" in text
+    assert "<out of memory>" not in out.read_text()  # escaped
+
+
+def test_report_hardware_metrics_not_requested_or_all_skipped(tmp_path):
+    rec = sr.make_record([("roi_align", "tiny", "fp32", "fwd", 0.1), ("roi_align", "tiny", "fp32", "bwd", 0.3)])
+    for key in ("roi_align/tiny/fp32/fwd", "roi_align/tiny/fp32/bwd"):
+        sr.set_hardware_metrics(rec, key, {"status": "skipped", "reason": "not requested"})
+    out = tmp_path / "r.html"
+    assert report.main([str(sr.write(tmp_path / "a.json", rec)), "-o", str(out)]) == 0
+    text = " ".join(parse(out).section_text["hardware-metrics"].split())
+    assert "did not ask for them" in text and "--detops_metrics" in text
+    assert "DRAM read" not in text and "Not measured for any benchmark" not in text
+
+    # The synthetic default: every benchmark skipped for lack of counter permission.
+    out2 = tmp_path / "r2.html"
+    assert report.main([str(sr.write(tmp_path / "b.json", sr.make_record([("nms", "b", "fp32", "fwd", 0.2)]))),
+                        "-o", str(out2)]) == 0
+    page = parse(out2)
+    text = " ".join(page.section_text["hardware-metrics"].split())
+    assert "Not measured for any benchmark" in text and "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES" in text
+    assert "DRAM read" not in text and not any(i.startswith("hw-") for i in page.row_ids)
+
+
+def test_records_with_hardware_metrics_validate_and_compare_as_without(tmp_path):
+    path = _hw_record(tmp_path)
+    assert compare.validate_record(compare.load_record(path))[0] == "valid"
+    plain = json.loads(pathlib.Path(path).read_text())
+    for e in plain["benchmarks"]:
+        if "detops" in e:
+            e["detops"].pop("hardware_metrics", None)
+    plain_path = sr.write(tmp_path / "plain" / "record.json", plain)
+    with_hw = compare.compare_records(str(plain_path), str(path), None, False)
+    without = compare.compare_records(str(plain_path), str(plain_path), None, False)
+    assert with_hw["exit_code"] == without["exit_code"] == 0
+    assert [(r["benchmark"], r["verdict"]) for r in with_hw["benchmarks"]["rows"]] == \
+        [(r["benchmark"], r["verdict"]) for r in without["benchmarks"]["rows"]]
+    # A status the schema does not know is refused.
+    bad = json.loads(pathlib.Path(path).read_text())
+    sr.set_hardware_metrics(bad, "nms/boxes_20000/fp32/fwd", {"status": "maybe", "reason": "x"})
+    status, errors = compare.validate_record(bad)
+    assert status == "invalid" and any("hardware_metrics" in e for e in errors)

@@ -441,20 +441,37 @@ const char* const kDeterminismNote =
     "CUDA backward scatters with atomicAdd, so the summation order (and the last bits of grad_input) can vary "
     "between runs; the forward and the CPU backward are deterministic.";
 
-// Benchmark cases (docs/benchmarks.md): R-FCN style position-sensitive pooling of 1000 rois on a
-// 490-channel (10 x 7 x 7) P2-sized map of an 800x1344 image.
+// Benchmark cases (docs/benchmarks.md): R-FCN style position-sensitive pooling on a 490-channel (10 x 7 x 7)
+// P2-sized map of an 800x1344 image: rfcn_1000 (1000 boxes inside the image, `params`), and rpn_rfcn (1000 RPN
+// proposals per image x 2 images, crossing the border, `rpn_params`) cold and warm (rpn_rfcn_warm: the map, or
+// grad_output, just written).
 template <typename Op, typename Params>
-std::vector<harness::BenchCase> ps_roi_benchmarks(const Params& params, const std::string& shape_suffix, std::uint64_t seed) {
+std::vector<harness::BenchCase> ps_roi_benchmarks(const Params& params, const std::string& shape_suffix,
+                                                  const Params& rpn_params, const std::string& rpn_shape_suffix,
+                                                  std::uint64_t seed) {
   const std::array<std::int64_t, 4> shape{2, 490, 200, 336};
-  const kit::RoiBench b{"rfcn_1000", "x[2,490,200,336] rois[1000,5] 7x7 scale 1/4" + shape_suffix,
-                        "fwd: x + rois + output + channel_mapping (int32); bwd: grad_output + channel_mapping + rois + "
-                        "grad_input read and written (atomic scatter)",
-                        shape, 1000, seed};
-  return {kit::roi_bench_case(
-      b, [params](const at::Tensor& x, const at::Tensor& rois) { return Op::forward(x, rois, params); },
-      [params, shape](const at::Tensor& grad, const at::Tensor&, const at::Tensor& rois, const at::Tensor& mapping) {
-        (void)Op::backward(grad, rois, mapping, params, shape);
-      })};
+  const std::string bytes_note =
+      "fwd: x + rois + output + channel_mapping (int32); bwd: grad_output + channel_mapping + rois + grad_input read "
+      "and written (atomic scatter)";
+  auto forward_of = [](const Params& p) -> kit::RoiBenchForward {
+    return [p](const at::Tensor& x, const at::Tensor& rois) { return Op::forward(x, rois, p); };
+  };
+  auto backward_of = [shape](const Params& p) -> kit::RoiBenchBackward {
+    return [p, shape](const at::Tensor& grad, const at::Tensor&, const at::Tensor& rois, const at::Tensor& mapping) {
+      (void)Op::backward(grad, rois, mapping, p, shape);
+    };
+  };
+  std::vector<harness::BenchCase> out{kit::roi_bench_case(
+      kit::RoiBench{"rfcn_1000", "x[2,490,200,336] rois[1000,5] 7x7 scale 1/4" + shape_suffix, bytes_note, shape,
+                    1000, seed},
+      forward_of(params), backward_of(params))};
+  kit::RoiBench rpn{"rpn_rfcn", "x[2,490,200,336] proposals[2000,5] 7x7 scale 1/4" + rpn_shape_suffix, bytes_note,
+                    shape, 2000, seed + 10};
+  rpn.boxes = kit::RoiBoxes::kProposals;
+  for (harness::BenchCase& c : kit::roi_bench_cold_and_warm(rpn, forward_of(rpn_params), backward_of(rpn_params))) {
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 OpSpec ps_roi_align_spec() {
@@ -470,7 +487,9 @@ OpSpec ps_roi_align_spec() {
   spec.bad_inputs = bad_inputs<AlignOp, PsRoiAlignParams>("ps_roi_align", {1.0, 2, 2, 2}, std::move(extra));
   spec.valid_call = valid_call<AlignOp, PsRoiAlignParams>("ps_roi_align", {1.0, 2, 2, 2});
   spec.determinism.note = kDeterminismNote;
-  spec.benchmarks = ps_roi_benchmarks<AlignOp>(PsRoiAlignParams{0.25, 7, 7, 2}, " sr2", 9201);
+  // rpn_rfcn: sampling_ratio -1 (adaptive), torchvision.ops.ps_roi_align's default.
+  spec.benchmarks = ps_roi_benchmarks<AlignOp>(PsRoiAlignParams{0.25, 7, 7, 2}, " sr2",
+                                               PsRoiAlignParams{0.25, 7, 7, -1}, " sr-1 (adaptive)", 9201);
   return spec;
 }
 
@@ -479,7 +498,7 @@ OpSpec ps_roi_pool_spec() {
                              bad_inputs<PoolOp, PsRoiPoolParams>("ps_roi_pool", {1.0, 2, 2}, {}));
   spec.valid_call = valid_call<PoolOp, PsRoiPoolParams>("ps_roi_pool", {1.0, 2, 2});
   spec.determinism.note = kDeterminismNote;
-  spec.benchmarks = ps_roi_benchmarks<PoolOp>(PsRoiPoolParams{0.25, 7, 7}, "", 9301);
+  spec.benchmarks = ps_roi_benchmarks<PoolOp>(PsRoiPoolParams{0.25, 7, 7}, "", PsRoiPoolParams{0.25, 7, 7}, "", 9301);
   return spec;
 }
 

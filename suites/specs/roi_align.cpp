@@ -312,30 +312,65 @@ harness::CheckResult check_large_output(DType dtype, bool backward) {
 }
 
 // Benchmark cases (docs/benchmarks.md): Faster/Mask R-CNN R50-FPN on an 800x1344 image, the P2 level
-// (x[2,256,200,336], spatial_scale 1/4), sampling_ratio 2, aligned.
+// (x[2,256,200,336], spatial_scale 1/4). The first four: boxes inside the image, sampling_ratio 2, aligned.
+// The rpn_* cases: RPN proposals (4..400 px, crossing the border), each cold and warm (_warm: the map, or
+// grad_output, just written, as in a model).
+struct RoiAlignBench {
+  kit::RoiBench b;
+  kit::RoiBenchForward forward;
+  kit::RoiBenchBackward backward;
+};
+
+RoiAlignBench roi_align_bench(const std::string& name, std::int64_t num_rois, std::int64_t pooled,
+                              std::int64_t sampling_ratio, bool aligned, std::uint64_t seed, kit::RoiBoxes boxes) {
+  const RoiAlignParams params{0.25, pooled, pooled, sampling_ratio, aligned};
+  const std::array<std::int64_t, 4> shape{2, 256, 200, 336};
+  const std::string rois = boxes == kit::RoiBoxes::kProposals ? " proposals[" : " rois[";
+  kit::RoiBench b{name,
+                  "x[2,256,200,336]" + rois + std::to_string(num_rois) + ",5] " + std::to_string(pooled) + "x" +
+                      std::to_string(pooled) + " scale 1/4 sr" + std::to_string(sampling_ratio) +
+                      (sampling_ratio <= 0 ? " (adaptive)" : "") + (aligned ? " aligned" : ""),
+                  "fwd: x + rois + output; bwd: grad_output + rois + grad_input read and written (atomic scatter)",
+                  shape, num_rois, seed};
+  b.boxes = boxes;
+  kit::RoiBenchForward forward = [params](const at::Tensor& x, const at::Tensor& r) {
+    return std::make_tuple(roi_align_forward(x, r, params), at::Tensor());
+  };
+  kit::RoiBenchBackward backward = [params, shape](const at::Tensor& grad, const at::Tensor&, const at::Tensor& r,
+                                                   const at::Tensor&) {
+    (void)roi_align_backward(grad, r, params, shape);
+  };
+  return {b, forward, backward};
+}
+
 harness::BenchCase roi_align_bench_case(const std::string& name, std::int64_t num_rois, std::int64_t pooled,
                                         std::uint64_t seed) {
-  const RoiAlignParams params{0.25, pooled, pooled, 2, true};
-  const std::array<std::int64_t, 4> shape{2, 256, 200, 336};
-  const kit::RoiBench b{name,
-                        "x[2,256,200,336] rois[" + std::to_string(num_rois) + ",5] " + std::to_string(pooled) + "x" +
-                            std::to_string(pooled) + " scale 1/4 sr2 aligned",
-                        "fwd: x + rois + output; bwd: grad_output + rois + grad_input read and written (atomic scatter)",
-                        shape, num_rois, seed};
-  return kit::roi_bench_case(
-      b, [params](const at::Tensor& x, const at::Tensor& rois) {
-        return std::make_tuple(roi_align_forward(x, rois, params), at::Tensor());
-      },
-      [params, shape](const at::Tensor& grad, const at::Tensor&, const at::Tensor& rois, const at::Tensor&) {
-        (void)roi_align_backward(grad, rois, params, shape);
-      });
+  const RoiAlignBench r = roi_align_bench(name, num_rois, pooled, 2, true, seed, kit::RoiBoxes::kImageBoxes);
+  return kit::roi_bench_case(r.b, r.forward, r.backward);
+}
+
+// A proposals case, cold and warm.
+void add_rpn_bench_cases(std::vector<harness::BenchCase>& out, const std::string& name, std::int64_t num_rois,
+                         std::int64_t pooled, std::int64_t sampling_ratio, bool aligned, std::uint64_t seed) {
+  const RoiAlignBench r =
+      roi_align_bench(name, num_rois, pooled, sampling_ratio, aligned, seed, kit::RoiBoxes::kProposals);
+  for (harness::BenchCase& c : kit::roi_bench_cold_and_warm(r.b, r.forward, r.backward)) out.push_back(std::move(c));
 }
 
 std::vector<harness::BenchCase> roi_align_benchmarks() {
-  return {roi_align_bench_case("box_head_1000", 1000, 7, 9001),        // inference: 1000 rois, box head
-          roi_align_bench_case("box_head_train_1024", 1024, 7, 9011),  // training: 512 rois x 2 images
-          roi_align_bench_case("mask_head_100", 100, 14, 9021),        // inference: 100 detections, mask head
-          roi_align_bench_case("mask_head_512", 512, 14, 9031)};       // training-size mask head batch
+  std::vector<harness::BenchCase> out{
+      roi_align_bench_case("box_head_1000", 1000, 7, 9001),        // inference: 1000 rois, box head
+      roi_align_bench_case("box_head_train_1024", 1024, 7, 9011),  // training: 512 rois x 2 images
+      roi_align_bench_case("mask_head_100", 100, 14, 9021),        // inference: 100 detections, mask head
+      roi_align_bench_case("mask_head_512", 512, 14, 9031)};       // training-size mask head batch
+  // 1000 proposals per image x 2 images. torchvision's Faster R-CNN box head (MultiScaleRoIAlign: sr 2, not
+  // aligned); detectron2's ROIAlignV2 box head (adaptive, aligned); torchvision.ops.roi_align's defaults
+  // (adaptive, not aligned); a mask head's positives, 128 per image (14x14, adaptive, aligned).
+  add_rpn_bench_cases(out, "rpn_box_sr2", 2000, 7, 2, false, 9041);
+  add_rpn_bench_cases(out, "rpn_box_sr0_aligned", 2000, 7, 0, true, 9051);
+  add_rpn_bench_cases(out, "rpn_box_sr0", 2000, 7, 0, false, 9061);
+  add_rpn_bench_cases(out, "rpn_mask_sr0_aligned", 256, 14, 0, true, 9071);
+  return out;
 }
 
 OpSpec roi_align_spec() {

@@ -394,19 +394,29 @@ std::vector<harness::BadInputCase> roi_pool_bad_inputs() {
   return std::move(bad.cases);
 }
 
-// Benchmark case (docs/benchmarks.md): the Faster R-CNN box head on the P2 level of an 800x1344 image.
+// Benchmark cases (docs/benchmarks.md): the Faster R-CNN box head on the P2 level of an 800x1344 image, on
+// boxes inside the image (box_head_1000) and on 1000 RPN proposals per image x 2 images (rpn_box, crossing
+// the border), the latter cold and warm (rpn_box_warm: the map, or grad_output, just written).
 std::vector<harness::BenchCase> roi_pool_benchmarks() {
   const RoiPoolParams params{0.25, 7, 7};
   const std::array<std::int64_t, 4> shape{2, 256, 200, 336};
-  const kit::RoiBench b{"box_head_1000", "x[2,256,200,336] rois[1000,5] 7x7 scale 1/4",
-                        "fwd: x + rois + output + argmax (int32); bwd: grad_output + argmax + rois + grad_input read "
-                        "and written (atomic scatter)",
-                        shape, 1000, 9101};
-  return {kit::roi_bench_case(
-      b, [params](const at::Tensor& x, const at::Tensor& rois) { return roi_pool_forward(x, rois, params); },
-      [params, shape](const at::Tensor& grad, const at::Tensor&, const at::Tensor& rois, const at::Tensor& argmax) {
-        (void)roi_pool_backward(grad, rois, argmax, params, shape);
-      })};
+  const std::string bytes_note =
+      "fwd: x + rois + output + argmax (int32); bwd: grad_output + argmax + rois + grad_input read and written "
+      "(atomic scatter)";
+  const kit::RoiBenchForward forward = [params](const at::Tensor& x, const at::Tensor& rois) {
+    return roi_pool_forward(x, rois, params);
+  };
+  const kit::RoiBenchBackward backward = [params, shape](const at::Tensor& grad, const at::Tensor&,
+                                                         const at::Tensor& rois, const at::Tensor& argmax) {
+    (void)roi_pool_backward(grad, rois, argmax, params, shape);
+  };
+  std::vector<harness::BenchCase> out{kit::roi_bench_case(
+      kit::RoiBench{"box_head_1000", "x[2,256,200,336] rois[1000,5] 7x7 scale 1/4", bytes_note, shape, 1000, 9101},
+      forward, backward)};
+  kit::RoiBench rpn{"rpn_box", "x[2,256,200,336] proposals[2000,5] 7x7 scale 1/4", bytes_note, shape, 2000, 9111};
+  rpn.boxes = kit::RoiBoxes::kProposals;
+  for (harness::BenchCase& c : kit::roi_bench_cold_and_warm(rpn, forward, backward)) out.push_back(std::move(c));
+  return out;
 }
 
 OpSpec roi_pool_spec() {

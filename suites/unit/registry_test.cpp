@@ -1,9 +1,16 @@
 // What the issue asks of every registered op spec, checked against the registry itself.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <regex>
 #include <set>
+#include <stdexcept>
+#include <vector>
 
+#include "detops/harness/bench_inputs.h"
 #include "detops/harness/op_spec.h"
 
 namespace detops::harness {
@@ -59,6 +66,98 @@ TEST(OpRegistry, EveryOpDeclaresBenchmarkCases) {
           << b.name;
     }
   }
+}
+
+// Issue 13: the RoI ops' cases on RPN proposals, each timed cold and warm. A warm case is the cold case's twin
+// (same inputs, bytes and dtypes; its name + "_warm", its shape + " warm L2") that says what its touch does.
+TEST(OpRegistry, WarmBenchmarkCasesAreTwinsOfColdOnes) {
+  const std::string kSuffix = "_warm";
+  std::map<std::string, std::set<std::string>> names;
+  for (const OpSpec& op : OpRegistry::instance().ops()) {
+    SCOPED_TRACE(op.name);
+    std::map<std::string, const BenchCase*> by_name;
+    for (const BenchCase& b : op.benchmarks) by_name[b.name] = &b;
+    for (const BenchCase& b : op.benchmarks) {
+      names[op.name].insert(b.name);
+      const bool named_warm = b.name.size() > kSuffix.size() &&
+                              b.name.compare(b.name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+      EXPECT_EQ(named_warm, b.l2 == L2State::kWarm) << b.name << ": warm cases, and only they, end in _warm";
+      if (b.l2 != L2State::kWarm) {
+        EXPECT_TRUE(b.touch_note.empty()) << b.name;
+        continue;
+      }
+      EXPECT_FALSE(b.touch_note.empty()) << b.name;
+      const auto cold = by_name.find(b.name.substr(0, b.name.size() - kSuffix.size()));
+      ASSERT_NE(cold, by_name.end()) << b.name << " has no cold twin";
+      EXPECT_EQ(cold->second->l2, L2State::kCold) << b.name;
+      EXPECT_EQ(b.shape, cold->second->shape + " warm L2") << b.name;
+      EXPECT_EQ(b.bytes_note, cold->second->bytes_note) << b.name;
+      EXPECT_EQ(b.dtypes, cold->second->dtypes) << b.name;
+    }
+  }
+  const std::map<std::string, std::vector<std::string>> expected{
+      {"roi_align", {"rpn_box_sr2", "rpn_box_sr0_aligned", "rpn_box_sr0", "rpn_mask_sr0_aligned"}},
+      {"roi_pool", {"rpn_box"}},
+      {"ps_roi_align", {"rpn_rfcn"}},
+      {"ps_roi_pool", {"rpn_rfcn"}}};
+  for (const auto& [op, cases] : expected) {
+    for (const std::string& c : cases) {
+      EXPECT_TRUE(names[op].count(c) == 1 && names[op].count(c + kSuffix) == 1) << op << "/" << c << " cold and warm";
+    }
+  }
+  // The cases that existed before keep their names (baselines are compared by name).
+  for (const auto& [op, c] : std::vector<std::pair<std::string, std::string>>{
+           {"roi_align", "box_head_1000"}, {"roi_align", "box_head_train_1024"}, {"roi_align", "mask_head_100"},
+           {"roi_align", "mask_head_512"}, {"roi_pool", "box_head_1000"}, {"ps_roi_align", "rfcn_1000"},
+           {"ps_roi_pool", "rfcn_1000"}}) {
+    EXPECT_EQ(names[op].count(c), 1u) << op << "/" << c;
+  }
+}
+
+// bench_proposal_rois: RPN-like boxes grouped by image, sizes and aspects in range and spread log-uniformly,
+// centres in the image, not clipped (some cross the border), reproducible from the seed.
+TEST(BenchInputs, ProposalRoisAreRpnLikeAndUnclipped) {
+  const std::int64_t per_image = 4000, images = 3;
+  const at::Tensor r = bench_proposal_rois(per_image, images, 17);
+  ASSERT_EQ(r.scalar_type(), at::kDouble);
+  ASSERT_EQ(r.sizes(), (at::IntArrayRef{per_image * images, 5}));
+  const auto a = r.accessor<double, 2>();
+  const double W = kBenchImageWidth, H = kBenchImageHeight;
+  std::int64_t crossing = 0;
+  std::vector<double> log_sizes;
+  for (std::int64_t i = 0; i < r.size(0); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(a[i][0], static_cast<double>(i / per_image));  // grouped by image
+    const double x1 = a[i][1], y1 = a[i][2], x2 = a[i][3], y2 = a[i][4];
+    ASSERT_LT(x1, x2);
+    ASSERT_LT(y1, y2);
+    const double w = x2 - x1, h = y2 - y1, size = std::sqrt(w * h), aspect = h / w;
+    ASSERT_GE(size, 4.0 * (1 - 1e-12));
+    ASSERT_LE(size, 400.0 * (1 + 1e-12));
+    ASSERT_GE(aspect, (1.0 / 3.0) * (1 - 1e-12));
+    ASSERT_LE(aspect, 3.0 * (1 + 1e-12));
+    const double cx = (x1 + x2) / 2, cy = (y1 + y2) / 2;
+    ASSERT_TRUE(cx >= 0 && cx <= W && cy >= 0 && cy <= H) << cx << ", " << cy;
+    if (x1 < 0 || y1 < 0 || x2 > W || y2 > H) ++crossing;
+    log_sizes.push_back(std::log(size));
+  }
+  // Not clipped: boxes near the border cross it. Expected fraction ~10 % (a box crosses an edge when its centre
+  // is within half its size of it); clipped boxes would give 0.
+  EXPECT_GT(crossing, r.size(0) / 50);
+  EXPECT_LT(crossing, r.size(0) / 3);
+  // Log-uniform sizes: the median of log(size) is the middle of [log 4, log 400] (log 40), and a quarter of the
+  // boxes lies in each quarter of that range.
+  std::sort(log_sizes.begin(), log_sizes.end());
+  const double lo = std::log(4.0), hi = std::log(400.0);
+  EXPECT_NEAR(log_sizes[log_sizes.size() / 2], std::log(40.0), 0.05 * (hi - lo));
+  EXPECT_NEAR(log_sizes[log_sizes.size() / 4], lo + 0.25 * (hi - lo), 0.05 * (hi - lo));
+  EXPECT_NEAR(log_sizes[3 * log_sizes.size() / 4], lo + 0.75 * (hi - lo), 0.05 * (hi - lo));
+  // The seed decides everything.
+  EXPECT_TRUE(bench_proposal_rois(per_image, images, 17).equal(r));
+  EXPECT_FALSE(bench_proposal_rois(per_image, images, 18).equal(r));
+  EXPECT_EQ(bench_proposal_rois(0, 2, 1).size(0), 0);
+  EXPECT_THROW(bench_proposal_rois(10, 0, 1), std::invalid_argument);
+  EXPECT_THROW(bench_proposal_rois(-1, 2, 1), std::invalid_argument);
 }
 
 }  // namespace

@@ -34,10 +34,21 @@ void L2Flusher::flush(cudaStream_t stream) {
 
 Measurement measure_call(const std::function<void()>& call, cudaStream_t stream, GpuTimer& timer,
                          const NvmlDevice& nvml, double default_sm_clock_mhz, const MeasureSettings& settings,
-                         L2Flusher& flusher) {
+                         L2Flusher& flusher, const std::function<void()>& touch) {
+  // The L2 state before a call, never timed. The touch launches kernels (a flush is a memset, none), so the
+  // stream is synchronized after it: under window attribution (gpu_timer.cpp) every kernel that completes
+  // between the timer's two synchronizations counts, and the touch's must have completed before the first.
+  auto prepare = [&] {
+    if (touch) {
+      touch();
+      DETOPS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    } else if (settings.cold_l2) {
+      flusher.flush(stream);
+    }
+  };
   Measurement m;
   for (int i = 0; i < settings.warmup_calls; ++i) {
-    if (settings.cold_l2) flusher.flush(stream);
+    prepare();
     call();
     DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -47,7 +58,7 @@ Measurement measure_call(const std::function<void()>& call, cudaStream_t stream,
   std::int64_t invalid_in_a_row = 0;
   std::string last_invalid;
   for (;;) {
-    if (settings.cold_l2) flusher.flush(stream);
+    prepare();
     const bool want_names = m.samples_ms.empty();
     const KernelSample s = timer.time_call(call, stream, want_names);
     const int clock = nvml.sm_clock_mhz();

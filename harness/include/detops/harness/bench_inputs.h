@@ -22,6 +22,14 @@ at::Tensor bench_image_boxes(std::int64_t n, std::uint64_t seed);
 // remainder on the first ones), grouped by image as torchvision's MultiScaleRoIAlign passes them.
 at::Tensor bench_image_rois(std::int64_t k, std::int64_t images, std::uint64_t seed);
 
+// RPN-like proposals [per_image * images, 5] (batch index, x1, y1, x2, y2), fp64 on the CPU, grouped by image
+// (per_image rows of image 0, then of image 1, ...), as a Faster R-CNN's RPN hands them to the box head:
+// sqrt(area) log-uniform in [4, 400] px, aspect ratio h/w log-uniform in [1/3, 3], centers uniform in the
+// 800x1344 image, NOT clipped to it, so boxes near the border cross it (negative coordinates, or beyond
+// 1344 / 800, by at most half a box: |coordinate| < 1344 + 400 * sqrt(3) / 2 < 1691). Always x1 < x2 and
+// y1 < y2. Throws std::invalid_argument unless per_image >= 0 and images >= 1.
+at::Tensor bench_proposal_rois(std::int64_t per_image, std::int64_t images, std::uint64_t seed);
+
 // (targets, predictions) [n, 4] each, fp64 on the CPU: predictions are the targets with each edge moved
 // by N(0, (0.1 * size)^2), kept at least 1 px wide and high (a regression head's outputs near its targets).
 std::pair<at::Tensor, at::Tensor> bench_box_pairs(std::int64_t n, std::uint64_t seed);

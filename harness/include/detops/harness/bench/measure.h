@@ -1,7 +1,7 @@
 #pragma once
-// The sampling loop of one benchmark: warm-up, cold samples (L2 flushed before each, the flush not
-// timed), the stopping rule, throttled and dropped-record samples discarded. Part of
-// detops_bench_harness; no libtorch.
+// The sampling loop of one benchmark: warm-up, samples (before each, untimed: the L2 flushed, or for a warm
+// case the op's input rewritten by its touch), the stopping rule, throttled and dropped-record samples
+// discarded. Part of detops_bench_harness; no libtorch.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -17,10 +17,10 @@ namespace detops::harness::bench {
 
 struct MeasureSettings {
   StoppingSettings stopping;
-  bool cold_l2 = true;
+  bool cold_l2 = true;  // false (--detops_warm): cases without a touch run with no flush
   int repetitions = 9;
   double throttle_fraction = 0.75;
-  int warmup_calls = 3;  // untimed calls (each after an L2 flush in cold mode) before sampling
+  int warmup_calls = 3;  // untimed calls before sampling, each after the same L2 preparation as a sample
   int max_invalid_without_valid = 20;  // invalid samples in a row, before any valid one, that fail the benchmark
 };
 
@@ -52,10 +52,13 @@ class L2Flusher {
 };
 
 // Samples `call` until the stopping rule says stop. default_sm_clock_mhz <= 0 or an unavailable NVML
-// device: no throttle check. Throws std::runtime_error when the GPU work fails or no sample is valid.
+// device: no throttle check. Before each warm-up call and each sample, outside the timed range: `touch`
+// when it is given (a warm case: it rewrites the call's main input on `stream`; the stream is then
+// synchronized, so no kernel of it can be attributed to the call), else the L2 flush when
+// settings.cold_l2, else nothing. Throws std::runtime_error when the GPU work fails or no sample is valid.
 Measurement measure_call(const std::function<void()>& call, cudaStream_t stream, GpuTimer& timer,
                          const NvmlDevice& nvml, double default_sm_clock_mhz, const MeasureSettings& settings,
-                         L2Flusher& flusher);
+                         L2Flusher& flusher, const std::function<void()>& touch = {});
 
 // Device-to-device copy bandwidth in bytes/s (read + write bytes), median of `repeats` cudaMemcpyAsync
 // of `bytes` each, timed with CUDA events. Throws std::runtime_error (e.g. not enough memory).
