@@ -18,28 +18,29 @@ struct Box {
   double x1, y1, x2, y2;
 };
 
-Box random_box(std::mt19937_64& rng) {
+// A box of sqrt(area) log-uniform in [min_size, max_size] px, aspect ratio h/w log-uniform in [1/3, 3], centre
+// uniform in the image; not clipped.
+Box unclipped_box(std::mt19937_64& rng, double min_size, double max_size) {
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const double size = std::exp(std::log(16.0) + unit(rng) * (std::log(640.0) - std::log(16.0)));
+  const double size = std::exp(std::log(min_size) + unit(rng) * (std::log(max_size) - std::log(min_size)));
   const double aspect = std::exp(std::log(1.0 / 3.0) + unit(rng) * (std::log(3.0) - std::log(1.0 / 3.0)));
   const double w = size / std::sqrt(aspect), h = size * std::sqrt(aspect);
   const double cx = unit(rng) * kBenchImageWidth, cy = unit(rng) * kBenchImageHeight;
-  Box b{std::clamp(cx - w / 2, 0.0, kBenchImageWidth - 1), std::clamp(cy - h / 2, 0.0, kBenchImageHeight - 1),
-        std::clamp(cx + w / 2, 0.0, kBenchImageWidth), std::clamp(cy + h / 2, 0.0, kBenchImageHeight)};
+  return Box{cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2};
+}
+
+// 16..640 px, clipped to the image, at least 1 px wide and high.
+Box random_box(std::mt19937_64& rng) {
+  const Box u = unclipped_box(rng, 16.0, 640.0);
+  Box b{std::clamp(u.x1, 0.0, kBenchImageWidth - 1), std::clamp(u.y1, 0.0, kBenchImageHeight - 1),
+        std::clamp(u.x2, 0.0, kBenchImageWidth), std::clamp(u.y2, 0.0, kBenchImageHeight)};
   b.x2 = std::max(b.x2, b.x1 + 1.0);
   b.y2 = std::max(b.y2, b.y1 + 1.0);
   return b;
 }
 
 // An RPN proposal: smaller than random_box's boxes on average (down to 4 px), and not clipped.
-Box proposal_box(std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const double size = std::exp(std::log(4.0) + unit(rng) * (std::log(400.0) - std::log(4.0)));
-  const double aspect = std::exp(std::log(1.0 / 3.0) + unit(rng) * (std::log(3.0) - std::log(1.0 / 3.0)));
-  const double w = size / std::sqrt(aspect), h = size * std::sqrt(aspect);
-  const double cx = unit(rng) * kBenchImageWidth, cy = unit(rng) * kBenchImageHeight;
-  return Box{cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2};
-}
+Box proposal_box(std::mt19937_64& rng) { return unclipped_box(rng, 4.0, 400.0); }
 
 at::Tensor cpu_f64(std::vector<std::int64_t> shape) { return at::empty(shape, at::TensorOptions().dtype(at::kDouble)); }
 

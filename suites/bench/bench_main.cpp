@@ -283,24 +283,10 @@ class Runner {
  private:
   // The hardware-metrics pass of one benchmark, after its timed samples (docs/benchmarks.md, "Hardware
   // metrics"): the same op call in one CUPTI user range, replayed as often as the metrics need, each
-  // replay after the same L2 preparation as a sample (measure_call's: the case's touch, else the flush in
-  // cold mode, else nothing; keep the two in step). Its failures are recorded, never thrown.
+  // replay after the same L2 preparation as a sample (sample_preparation, measure.h). Its failures are
+  // recorded, never thrown.
   json metrics_pass(const std::function<void()>& call, const std::function<void()>& touch, const BenchmarkResult& r) {
-    std::function<void()> prepare;
-    if (touch) {
-      cudaStream_t s = stream_;
-      prepare = [touch, s] {
-        touch();
-        const cudaError_t e = cudaStreamSynchronize(s);
-        if (e != cudaSuccess) {
-          throw std::runtime_error(std::string("the touch before a replay failed: ") + cudaGetErrorString(e));
-        }
-      };
-    } else if (settings_.cold_l2) {
-      L2Flusher* f = flusher_.get();
-      cudaStream_t s = stream_;
-      prepare = [f, s] { f->flush(s); };
-    }
+    const std::function<void()> prepare = sample_preparation(settings_, *flusher_, touch, stream_);
     try {
       const HwMetricsOutcome o = hw_->measure(call, prepare);
       const double median_ms = r.samples_ms.empty() ? 0.0 : median_of(repetition_medians(r.samples_ms, r.repetitions));

@@ -32,19 +32,30 @@ void L2Flusher::flush(cudaStream_t stream) {
   DETOPS_CUDA_CHECK(cudaMemsetAsync(buffer_, 0, bytes_, stream));
 }
 
+std::function<void()> sample_preparation(const MeasureSettings& settings, L2Flusher& flusher,
+                                         const std::function<void()>& touch, cudaStream_t stream) {
+  // The touch launches kernels (a flush is a memset, none), so the stream is synchronized after it: under
+  // window attribution (gpu_timer.cpp) every kernel that completes between the timer's two synchronizations
+  // counts, and the touch's must have completed before the first.
+  if (touch) {
+    return [touch, stream] {
+      touch();
+      DETOPS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    };
+  }
+  if (settings.cold_l2) {
+    L2Flusher* f = &flusher;
+    return [f, stream] { f->flush(stream); };
+  }
+  return {};
+}
+
 Measurement measure_call(const std::function<void()>& call, cudaStream_t stream, GpuTimer& timer,
                          const NvmlDevice& nvml, double default_sm_clock_mhz, const MeasureSettings& settings,
                          L2Flusher& flusher, const std::function<void()>& touch) {
-  // The L2 state before a call, never timed. The touch launches kernels (a flush is a memset, none), so the
-  // stream is synchronized after it: under window attribution (gpu_timer.cpp) every kernel that completes
-  // between the timer's two synchronizations counts, and the touch's must have completed before the first.
+  const std::function<void()> before = sample_preparation(settings, flusher, touch, stream);
   auto prepare = [&] {
-    if (touch) {
-      touch();
-      DETOPS_CUDA_CHECK(cudaStreamSynchronize(stream));
-    } else if (settings.cold_l2) {
-      flusher.flush(stream);
-    }
+    if (before) before();
   };
   Measurement m;
   for (int i = 0; i < settings.warmup_calls; ++i) {

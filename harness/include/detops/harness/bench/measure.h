@@ -51,6 +51,12 @@ class L2Flusher {
   std::size_t bytes_ = 0;
 };
 
+// What runs before each warm-up call and sample (and each metrics replay), never timed: the touch when the
+// case has one (then the stream is synchronized, so none of its kernels completes inside a sample), else the
+// flush when settings.cold_l2, else nothing (an empty function). Throws std::runtime_error on a CUDA error.
+std::function<void()> sample_preparation(const MeasureSettings& settings, L2Flusher& flusher,
+                                         const std::function<void()>& touch, cudaStream_t stream);
+
 // Samples `call` until the stopping rule says stop. default_sm_clock_mhz <= 0 or an unavailable NVML
 // device: no throttle check. Before each warm-up call and each sample, outside the timed range: `touch`
 // when it is given (a warm case: it rewrites the call's main input on `stream`; the stream is then
