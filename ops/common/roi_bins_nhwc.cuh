@@ -1,8 +1,8 @@
 #pragma once
 // The channels-last forward of the RoIAlign family (roi_align, deform_roi_pool, modulated_deform_roi_pool):
-// the average of a bin's bilinear samples over a [batch, height, width, channels] map, a block per (roi, 32 L
-// channels, group of up to 64 bins), a warp per bin, L channels per lane (16 bytes of a pixel; the rule for when
-// this kernel runs is common/roi_nhwc.h). CUDA only; no libtorch.
+// the average of a bin's bilinear samples over a [batch, height, width, channels] map, a block per (roi, 16 L
+// channels, group of up to 64 bins), a team of 16 lanes (half a warp) per bin, L channels per lane (16 bytes of a
+// pixel; the rule for when this kernel runs is common/roi_nhwc.h). CUDA only; no libtorch.
 //
 // A bin's samples form a grid (rows y_i x columns x_j), and a sample's bilinear weights are the product of a row
 // weight and a column weight (common/bilinear.h, bilinear_axis). So the bin's sum over samples and taps is
@@ -10,7 +10,7 @@
 // where Wy(r) adds the weights every sample row gives map row r (likewise Wx). Each map pixel the bin touches is
 // read once, instead of once per tap of every sample that touches it: with the adaptive grid (a sample about
 // every pixel) that is about 4x fewer reads. The row and column lists (merged taps, in sample order) live in
-// shared memory: per roi when every bin has the roi's geometry (roi_align; when they fit), per warp and bin otherwise
+// shared memory: per roi when every bin has the roi's geometry (roi_align; when they fit), per team and bin otherwise
 // (deform_roi_pool); the same lists give the same sums, so deform_roi_pool without offsets equals roi_align bit
 // for bit. A bin whose grid has more than kMaxAxisSamples samples on a side falls back to the loop over samples
 // and taps (bins over 32 pixels only).
@@ -46,7 +46,14 @@ namespace detops {
 namespace roi_nhwc_detail {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+// Lanes per bin: a team reads 16 x 16 bytes of a pixel (two full 128-byte lines). Half a warp rather than a
+// whole one so a block item's channel slice is 256 bytes of every pixel: items run slice by slice (below), and
+// the slice of a 256-channel fp32 FPN P2 map of two 800x1344 images is then 34 MB, which the H200's L2 keeps
+// between the overlapping rois that read it; with 32 lanes the 69 MB slice did not fit, and the box head's
+// gather read the map about 7 times from DRAM (1.06 GB for a 138 MB map, measured with the metrics pass).
+constexpr int kTeamLanes = 16;
+constexpr int kTeams = kThreads / kTeamLanes;
+constexpr int kTileLanes = kTeamLanes;
 constexpr int kMaxAxisSamples = 32;  // per side of a bin's grid; lists hold 2 taps per sample
 constexpr int kMaxAxisTaps = 2 * kMaxAxisSamples;
 
@@ -73,23 +80,23 @@ __host__ __device__ constexpr int item_bins(int bins) { return (bins + item_grou
 
 // The lists a block keeps: with Shared (every bin of a roi has the roi's geometry: roi_align, when the lists fit
 // kSharedListBytes) one row list per bin row and one column list per bin column, built once per block item by
-// pooled_height + pooled_width threads at once; else (deform_roi_pool) a row and a column list per warp, rebuilt
+// pooled_height + pooled_width threads at once; else (deform_roi_pool) a row and a column list per team, rebuilt
 // per bin by its lanes 0 and 1.
 constexpr std::size_t kSharedListBytes = 48 * 1024;
 
 template <typename Acc, typename Index>
 std::size_t lists_bytes(bool shared, std::int64_t pooled_height, std::int64_t pooled_width) {
-  const std::size_t lists = shared ? static_cast<std::size_t>(pooled_height + pooled_width) : 2 * kWarps;
+  const std::size_t lists = shared ? static_cast<std::size_t>(pooled_height + pooled_width) : 2 * kTeams;
   return lists * (sizeof(AxisList<Acc, Index>) + sizeof(int));
 }
 
 __host__ __device__ constexpr std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
 
-// The shared memory of a block: the output tile ([item_bins][32 L + 1] of T), the lists, their tap counts.
+// The shared memory of a block: the output tile ([item_bins][16 L + 1] of T), the lists, their tap counts.
 template <int L, typename T, typename Index>
 std::size_t block_bytes(bool shared, std::int64_t pooled_height, std::int64_t pooled_width) {
   const int per = item_bins(static_cast<int>(pooled_height * pooled_width));
-  return align16(static_cast<std::size_t>(per) * (32 * L + 1) * sizeof(T)) +
+  return align16(static_cast<std::size_t>(per) * (kTileLanes * L + 1) * sizeof(T)) +
          lists_bytes<acc_t<T>, Index>(shared, pooled_height, pooled_width);
 }
 
@@ -171,10 +178,11 @@ __device__ __forceinline__ void gather_lists(const T* __restrict__ image, int va
   }
 }
 
-// Block item (tile, k, group) covers bins [b0, b1) (group of `per` bins) of roi k's channels [32 L tile,
-// 32 L (tile + 1)); items run tile-major, so the blocks in flight read one slice of every pixel, which L2 keeps
-// between the rois that overlap. Lane l holds channels c0 + L l .. c0 + L l + L - 1. Warp w computes bins
-// b0 + w, b0 + w + warps, ... into tile[bin - b0][c] (row pitch 32 L + 1); then the block writes
+// Block item (tile, k, group) covers bins [b0, b1) (group of `per` bins) of roi k's channels [16 L tile,
+// 16 L (tile + 1)); items run tile-major, so the blocks in flight read one slice of every pixel, which L2 keeps
+// between the rois that overlap. Lane l of a team holds channels c0 + L l .. c0 + L l + L - 1. Team t (lanes
+// 16 t .. 16 t + 15 of the block; a team never spans two warps) computes bins b0 + t, b0 + t + teams, ... into
+// tile[bin - b0][c] (row pitch 16 L + 1); the team's own lanes are its only sync partners. Then the block writes
 // output[k, c, b0 .. b1) for its channels. Pixel offsets are Index (32-bit when an image of the map has fewer
 // than 2^31 elements); image offsets are 64-bit.
 template <int L, bool Vec, bool kShared, typename T, typename Index, typename Bins>
@@ -183,19 +191,20 @@ __global__ void __launch_bounds__(kThreads)
                          unsigned long long* __restrict__ first_invalid_roi) {
   using Acc = acc_t<T>;
   using List = AxisList<Acc, Index>;
-  constexpr int kTileChannels = 32 * L, kPitch = kTileChannels + 1;
+  constexpr int kTileChannels = kTileLanes * L, kPitch = kTileChannels + 1;
   extern __shared__ __align__(16) unsigned char roi_nhwc_smem[];
   const int pooled_h = static_cast<int>(bins_of.pooled_height), pooled_w = static_cast<int>(bins_of.pooled_width);
   const int bins = pooled_h * pooled_w;
   const int groups = item_groups(bins), per = item_bins(bins);
   T* tile = reinterpret_cast<T*>(roi_nhwc_smem);
-  const int list_count = kShared ? pooled_h + pooled_w : 2 * kWarps;
+  const int list_count = kShared ? pooled_h + pooled_w : 2 * kTeams;
   List* lists = reinterpret_cast<List*>(roi_nhwc_smem + align16(static_cast<std::size_t>(per) * kPitch * sizeof(T)));
   int* tap_counts = reinterpret_cast<int*>(lists + list_count);
   const std::int64_t tiles = (s.channels + kTileChannels - 1) / kTileChannels;
   const std::int64_t items_per_tile = s.num_rois * groups;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % kTeamLanes);
+  const int team = static_cast<int>(threadIdx.x / kTeamLanes);
+  const unsigned team_mask = ((1u << kTeamLanes) - 1u) << (threadIdx.x % 32 / kTeamLanes * kTeamLanes);
   const Index height = static_cast<Index>(s.height), width = static_cast<Index>(s.width);
   const Index channels = static_cast<Index>(s.channels);
   // The loop bounds depend only on blockIdx / gridDim, so every thread of a block reaches each barrier.
@@ -224,7 +233,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
     }
-    for (int bin = b0 + warp; bin < b1; bin += kWarps) {
+    for (int bin = b0 + team; bin < b1; bin += kTeams) {
       const int ph = bin / pooled_w, pw = bin - ph * pooled_w;
       Acc sum[L];
 #pragma unroll
@@ -244,22 +253,22 @@ __global__ void __launch_bounds__(kThreads)
           }
         } else {
           separable = g.grid_h <= kMaxAxisSamples && g.grid_w <= kMaxAxisSamples;
-          rows = lists + 2 * warp;
-          cols = lists + 2 * warp + 1;
+          rows = lists + 2 * team;
+          cols = lists + 2 * team + 1;
           if (separable) {
             if (lane < 2) {
               build_axis(g, lane, static_cast<Index>(ph), static_cast<Index>(pw), lane == 0 ? height : width,
-                         lane == 0 ? width * channels : channels, lists[2 * warp + lane].taps,
-                         tap_counts + 2 * warp + lane);
+                         lane == 0 ? width * channels : channels, lists[2 * team + lane].taps,
+                         tap_counts + 2 * team + lane);
             }
-            __syncwarp();
-            row_count = tap_counts[2 * warp];
-            col_count = tap_counts[2 * warp + 1];
+            __syncwarp(team_mask);
+            row_count = tap_counts[2 * team];
+            col_count = tap_counts[2 * team + 1];
           }
         }
         if (separable) {
           if (valid > 0) gather_lists<L, Vec>(image, valid, rows->taps, row_count, cols->taps, col_count, sum);
-          if constexpr (!kShared) __syncwarp();  // the warp's lists are rebuilt for its next bin
+          if constexpr (!kShared) __syncwarp(team_mask);  // the team's lists are rebuilt for its next bin
         } else if (valid > 0) {
           // A grid of more than kMaxAxisSamples on a side: the loop over samples and their taps.
           roi_align_for_each_sample(g, height, width, static_cast<Index>(ph), static_cast<Index>(pw),
@@ -339,7 +348,8 @@ void launch_roi_bins_nhwc(const char* op, const Bins& bins_of, const RoiForwardA
       DETOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     }
     const std::int64_t groups = roi_nhwc_detail::item_groups(static_cast<int>(bins));
-    const std::int64_t items = s.num_rois * groups * ((s.channels + 32 * L - 1) / (32 * L));
+    constexpr std::int64_t kTileChannels = roi_nhwc_detail::kTileLanes * L;
+    const std::int64_t items = s.num_rois * groups * ((s.channels + kTileChannels - 1) / kTileChannels);
     const unsigned blocks = grid_for(items * roi_nhwc_detail::kThreads, roi_nhwc_detail::kThreads);
     kernel<<<blocks, roi_nhwc_detail::kThreads, smem, stream>>>(bins_of, s, input, static_cast<T*>(args.output),
                                                                  args.first_invalid_roi);
