@@ -28,4 +28,22 @@ inline bool roi_forward_channels_last(std::int64_t bins, const RoiShape& s, bool
   return s.num_rois * s.channels * bins >= s.batch * s.channels * s.height * s.width / 4;
 }
 
+// RoIPool's forward (roi_pool/roi_pool_nhwc.cuh) reads channels last when the input already is, or when there are
+// at least map / 8 output elements, so the copy (reading and writing the map once) repays sooner than for
+// roi_align. Per output both of RoIPool's kernels read the whole bin, where roi_align's channels-first kernel reads
+// 4 taps per sample, 16 per output with sampling_ratio 2, and breaks even between map / 7 and map / 2.8 outputs
+// (above). Detector rois pooled 7x7 at 1/4 have larger bins: 25 pixels per output on average for RPN proposals of
+// 4-400 px, 65 for boxes of 16-640 px (counted with the bin edges' floor / ceil, overlaps and clipping), 1.6-4x
+// roi_align's reads per output, so the copy is repaid at 1.6-4x fewer outputs: map / 8 (2000 proposals on
+// [2, 256, 200, 336] are map * 0.73, 100 box-head rois map / 28 and stay channels first). Rois of a few pixels
+// (a read or two per output) above the threshold pay the copy without earning it back: at most the copy's time.
+// Beyond kRoiPoolNhwcMaxBins bins per roi (the kernel counts bins in int) the channels-first kernel runs.
+constexpr std::int64_t kRoiPoolNhwcMaxBins = std::int64_t{1} << 30;
+
+inline bool roi_pool_forward_channels_last(std::int64_t bins, const RoiShape& s, bool input_channels_last) {
+  if (bins <= 0 || bins > kRoiPoolNhwcMaxBins) return false;
+  if (input_channels_last) return true;
+  return s.num_rois * s.channels * bins >= s.batch * s.channels * s.height * s.width / 8;
+}
+
 }  // namespace detops

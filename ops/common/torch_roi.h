@@ -223,11 +223,14 @@ struct RoiMapOperand {
   }
 };
 
-inline RoiMapOperand roi_map_operand(const at::Tensor& input, const RoiShape& s, std::int64_t bins, bool nhwc_kernel) {
+// rule: when the op's channels-last kernel pays (common/roi_nhwc.h); the RoIAlign family's by default.
+using RoiChannelsLastRule = bool (*)(std::int64_t bins, const RoiShape& s, bool input_channels_last);
+
+inline RoiMapOperand roi_map_operand(const at::Tensor& input, const RoiShape& s, std::int64_t bins, bool nhwc_kernel,
+                                     RoiChannelsLastRule rule = &roi_forward_channels_last) {
   RoiMapOperand m;
   const bool input_channels_last = input.is_contiguous(at::MemoryFormat::ChannelsLast);
-  const bool use = nhwc_kernel && input.is_cuda() &&
-                   roi_forward_channels_last(bins, s, input_channels_last);
+  const bool use = nhwc_kernel && input.is_cuda() && rule(bins, s, input_channels_last);
   m.channels_last = use && input_channels_last;
   m.input = m.channels_last ? input : input.contiguous();
   if (use && !input_channels_last) m.workspace = at::empty({s.batch, s.height, s.width, s.channels}, input.options());

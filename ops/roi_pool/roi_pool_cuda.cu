@@ -1,11 +1,14 @@
-// RoIPool CUDA kernels: one thread per output (forward) or grad_output (backward) element, pw fastest
-// so a warp writes consecutive outputs; 64-bit flattened indices, grid-stride loops, read-only loads of
+// RoIPool CUDA kernels. Forward: over a channels-last map (the input itself or its copy; common/roi_nhwc.h's
+// roi_pool_forward_channels_last says when) roi_pool_nhwc.cuh's gather, 16 bytes of a pixel per lane and a
+// subgroup of lanes per bin; else one thread per output element, pw fastest so a warp writes consecutive outputs.
+// Backward: one thread per grad_output element. 64-bit flattened indices, grid-stride loops, read-only loads of
 // input and rois, fp32 accumulation of half-type gradients.
 #include "detops/core/cuda_check.h"
 #include "common/dispatch.h"
 #include "common/kernel_launch.cuh"
 #include "common/roi_cuda.cuh"
 #include "roi_pool/roi_pool_kernel.cuh"
+#include "roi_pool/roi_pool_nhwc.cuh"
 
 namespace detops {
 namespace {
@@ -82,6 +85,7 @@ const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, con
   using T = typename decltype(t)::type;
   using Index = typename decltype(i)::type;
   register_instantiation("roi_pool", "roi_pool_forward_kernel", targs, &roi_pool_forward_kernel<T, Index>);
+  register_roi_pool_nhwc<T, Index>(targs);
   register_instantiation("roi_pool", "roi_pool_backward_kernel", targs, &roi_pool_backward_kernel<T, Index>);
 });
 
@@ -89,6 +93,12 @@ const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, con
 
 void launch_roi_pool_forward(const RoiPoolParams& params, const RoiPoolForwardArgs& args, DType dtype,
                              cudaStream_t stream) {
+  if (args.input_channels_last || args.channels_last_workspace != nullptr) {
+    dispatch_floating(dtype, "roi_pool_forward", [&](auto tag) {
+      launch_roi_pool_nhwc_forward<type_of<decltype(tag)>>(params, args, stream);
+    });
+    return;
+  }
   launch_roi_indexed(
       "roi_pool_forward", dtype, roi_elements(args.shape, params), kThreads, true, stream,
       [](auto t, auto i) { return &roi_pool_forward_kernel<type_of<decltype(t)>, type_of<decltype(i)>>; }, params,

@@ -54,9 +54,12 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward(const at::Tensor& input, con
   at::Tensor output = at::empty(roi_output_shape(s, params), input.options());
   at::Tensor argmax = at::empty(roi_output_shape(s, params), input.options().dtype(at::kInt));
   if (output.numel() == 0) return {output, argmax};
-  const at::Tensor input_c = input.contiguous(), rois_c = rois.contiguous();
-  RoiPoolForwardArgs args{{s, input_c.data_ptr(), rois_c.data_ptr(), output.data_ptr()},
-                          argmax.data_ptr<std::int32_t>()};
+  // CUDA: channels last (the input as it is, or a copy into the workspace) where roi_pool_forward_channels_last
+  // says the gather repays it; else channels first.
+  const RoiMapOperand map = roi_map_operand(input, s, roi_bins(params), true, &roi_pool_forward_channels_last);
+  const at::Tensor rois_c = rois.contiguous();
+  RoiPoolForwardArgs args{{s, nullptr, rois_c.data_ptr(), output.data_ptr()}, argmax.data_ptr<std::int32_t>()};
+  map.set(args);
   run_roi_launcher(kOp, "input", input, rois_c, params, args, dtype,
                    &launch_roi_pool_forward, &run_roi_pool_forward_cpu);
   return {output, argmax};

@@ -52,13 +52,35 @@ enum class Features {
   kAroundFltMax,
 };
 
+// The memory format the op gets the input in. CUDA's forward reads the map channels last (the NHWC kernel) when
+// it is channels last, or when there are at least map / 8 outputs (common/roi_nhwc.h), else channels first.
+enum class InputFormat {
+  kAsIs,                    // contiguous (or kit::w_major with noncontiguous_input)
+  kChannelsLast,            // channels-last memory format: the NHWC kernel without a copy
+  kChannelsLastMisaligned,  // the same one element into its buffer: not 16-byte aligned, so element loads
+};
+
 struct RoiPoolCaseConfig : kit::RoiCaseShape {
   RoiPoolParams params;
   RoiLayout rois = RoiLayout::kRandom;
   BatchLayout batches = BatchLayout::kSpread;
   Features features = Features::kDistinct;
+  InputFormat format = InputFormat::kAsIs;
   bool half_accumulation_grad = false;  // grad_output from kit::half_accumulation_grad_output (positive)
 };
+
+// x with the case's memory format (and strides: noncontiguous_input).
+at::Tensor formatted_input(const at::Tensor& x, const RoiPoolCaseConfig& cfg) {
+  if (cfg.noncontiguous_input) return kit::w_major(x);
+  if (cfg.format == InputFormat::kChannelsLast) return x.contiguous(at::MemoryFormat::ChannelsLast);
+  if (cfg.format == InputFormat::kChannelsLastMisaligned) {
+    const at::Tensor nhwc = x.permute({0, 2, 3, 1});
+    at::Tensor view = at::empty({x.numel() + 1}, x.options()).narrow(0, 1, x.numel()).view(nhwc.sizes());
+    view.copy_(nhwc);
+    return view.permute({0, 3, 1, 2});
+  }
+  return x;
+}
 
 at::Tensor make_features(const RoiPoolCaseConfig& cfg, at::Generator& gen) {
   const auto opts = at::TensorOptions().dtype(at::kDouble);
@@ -228,15 +250,18 @@ CaseData make_case(const RoiPoolCaseConfig& cfg, const std::string& name, std::u
   const RoiPoolParams p = cfg.params;
   const std::array<std::int64_t, 4> shape{cfg.batch, cfg.channels, cfg.height, cfg.width};
   d.op_forward = [p, cfg](const Tensors& in) {
-    at::Tensor x = in[0], rois = in[1];
-    if (cfg.noncontiguous_input) x = kit::w_major(x);
-    if (cfg.noncontiguous_rois) rois = kit::row_stride_10(rois);
+    const at::Tensor x = formatted_input(in[0], cfg);
+    const at::Tensor rois = cfg.noncontiguous_rois ? kit::row_stride_10(in[1]) : in[1];
+    if (cfg.format != InputFormat::kAsIs && in[0].numel() > 0 && !x.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+      throw std::logic_error("roi_pool case: the input was to be channels last");
+    }
     auto [output, argmax] = roi_pool_forward(x, rois, p);
     return Tensors{output, argmax};
   };
-  // The op's backward consumes the op's own argmax; the reference recomputes its own from the input.
-  d.op_backward = [p, shape](const Tensors& in, const Tensors& grad) {
-    const auto fwd = roi_pool_forward(in[0], in[1], p);
+  // The op's backward consumes the op's own argmax (from an input of the case's format); the reference recomputes
+  // its own from the input.
+  d.op_backward = [p, shape, cfg](const Tensors& in, const Tensors& grad) {
+    const auto fwd = roi_pool_forward(cfg.format == InputFormat::kAsIs ? in[0] : formatted_input(in[0], cfg), in[1], p);
     return Tensors{roi_pool_backward(grad[0], in[1], std::get<1>(fwd), p, shape)};
   };
   d.reference_forward = [p](const Tensors& in) {
@@ -337,6 +362,56 @@ std::vector<OpCase> roi_pool_cases() {
   c = {}; c.params = box_head; c.params.exact_max = true; c.features = Features::kNaNPlane;
   add("nan_features_whole_plane_exact_max", c);
   c = {}; c.params = {0.25, 3, 3, true}; c.features = Features::kInfinities; add("infinite_features_exact_max", c);
+  // CUDA's channels-last forward (roi_pool/roi_pool_nhwc.cuh). Most cases above take it through the copy (at least map
+  // / 8 outputs: 7x7 over the default map is 882 outputs for 1080 elements); those with 1x1 to 2x3 bins and
+  // fpn_p2_box_head stay channels first. The NHWC kernel scans a bin with a subgroup of P lanes per pixel (P = 1, 2, 4
+  // or 8 lanes of 16 bytes: the fewest covering the channels) and holds 256 / P bins per block: 3 channels are one
+  // partial lane (P = 1: several rois per block); 13, 24 and 37 other subgroup sizes and partial lanes, 37 two or three
+  // channel tiles (fp32, fp64) and a 14x14 roi split over several blocks; channel counts not a multiple of the lane (3,
+  // 13, 37) and a misaligned map take element loads, 8 and 24 channels 16-byte ones. A channels-last input runs the
+  // kernel without the copy at any size, so the value cases of the channels-first ones (ties, NaN / -inf with both
+  // starts of the max, empty bins, bins wider than the kernel's unroll of 4 pixels) run again with one.
+  const InputFormat nhwc = InputFormat::kChannelsLast;
+  c = {}; c.params = box_head; c.format = nhwc; add("channels_last_input", c);
+  c = {}; c.params = box_head; c.channels = 8; c.format = nhwc; add("channels_last_input_8_channels", c);
+  c = {}; c.params = box_head; c.channels = 8; c.format = InputFormat::kChannelsLastMisaligned;
+  add("channels_last_input_misaligned", c);
+  c = {}; c.params = box_head; c.channels = 13; c.num_rois = 40; add("many_rois_13_channels_small_map", c);
+  c = {}; c.params = {0.25, 5, 4}; c.channels = 24; c.num_rois = 20; c.height = 17; c.width = 21;
+  c.rois = RoiLayout::kPartlyOutside; add("partly_outside_map_24_channels", c);
+  c = {}; c.params = {0.25, 14, 14}; c.channels = 37; c.height = 30; c.width = 41; c.num_rois = 5;
+  add("pooled_14x14_37_channels", c);
+  c = {}; c.params = mask_head; c.channels = 37; c.rois = RoiLayout::kStraddling; c.format = nhwc;
+  add("empty_bins_37_channels_channels_last", c);
+  c = {}; c.params = {1.0, 1, 1}; c.channels = 13; c.height = 20; c.width = 23; c.rois = RoiLayout::kWholeMap;
+  c.format = nhwc; add("whole_map_1x1_13_channels_channels_last", c);
+  c = {}; c.params = {0.25, 2, 3}; c.channels = 3; c.height = 26; c.width = 19; c.num_rois = 3; c.format = nhwc;
+  add("wide_bins_channels_last", c);
+  c = {}; c.params = {1.0, 2, 2}; c.features = Features::kTies; c.rois = RoiLayout::kWholeMap; c.format = nhwc;
+  add("ties_whole_map_bins_channels_last", c);
+  c = {}; c.params = {1.0, 1, 1}; c.channels = 13; c.features = Features::kNearHundred; c.rois = RoiLayout::kWholeMap;
+  c.format = nhwc; add("half_precision_rounding_ties_whole_map_channels_last", c);
+  c = {}; c.params = {0.25, 2, 2}; c.channels = 13; c.features = Features::kNaNMixed; c.format = nhwc;
+  add("nan_features_mixed_channels_last", c);
+  c = {}; c.params = {0.25, 2, 2, true}; c.channels = 13; c.features = Features::kNaNMixed; c.format = nhwc;
+  add("nan_features_mixed_exact_max_channels_last", c);
+  c = {}; c.params = {0.25, 2, 2}; c.features = Features::kNegative; c.rois = RoiLayout::kStraddling; c.format = nhwc;
+  add("negative_values_with_empty_bins_channels_last", c);
+  for (bool exact : {false, true}) {
+    c = {}; c.params = {1.0, 1, 1}; c.params.exact_max = exact; c.channels = 7; c.num_rois = 4;
+    c.features = Features::kAroundFltMax; c.rois = RoiLayout::kWholeMap; c.format = nhwc;
+    add(std::string("around_flt_max_whole_map") + (exact ? "_exact_max" : "_torchvision_max") + "_channels_last", c);
+  }
+  // The same starts through 16-byte loads (8 channels): 1-pixel bins of NaN only (scale 1, 4x4 bins) and a plane
+  // of -inf (kInfinities' channel 1).
+  for (bool exact : {false, true}) {
+    c = {}; c.params = {1.0, 4, 4}; c.params.exact_max = exact; c.channels = 8; c.num_rois = 10;
+    c.features = Features::kNaNMixed; c.format = nhwc;
+    const std::string mode = exact ? "_exact_max" : "_torchvision_max";
+    add("nan_features_small_bins_8_channels" + mode + "_channels_last", c);
+  }
+  c = {}; c.params = {0.25, 3, 3, true}; c.channels = 8; c.features = Features::kInfinities; c.format = nhwc;
+  add("infinite_features_exact_max_8_channels_channels_last", c);
   return std::move(add.cases);
 }
 
@@ -365,6 +440,20 @@ std::vector<harness::BadInputCase> roi_pool_bad_inputs() {
   };
   add("spatial_scale_nan", [=](const at::Device& d) { roi_pool_forward(good_input(d), good_rois(d), {NAN, 2, 2}); },
       {"spatial_scale"});
+  // The first invalid roi as CUDA's channels-last kernel reports it (lowest index of several): a channels-last input,
+  // and 40 rois over the 8 x 8 map (map / 8 outputs and more: the copy path).
+  auto rois_with_batch = [f32](const at::Device& d, std::int64_t k, std::vector<std::pair<std::int64_t, double>> set) {
+    at::Tensor r = at::tensor({0.0f, 1.0f, 1.0f, 5.0f, 6.0f}, f32(at::kCPU)).view({1, 5}).repeat({k, 1});
+    for (const auto& [row, value] : set) r[row][0] = value;
+    return r.to(d);
+  };
+  add("batch_index_out_of_range_channels_last", [=](const at::Device& d) {
+        roi_pool_forward(good_input(d).contiguous(at::MemoryFormat::ChannelsLast),
+                         rois_with_batch(d, 4, {{3, -1.0}, {1, 2.0}}), p); },
+      {"rois[1, 0]", "[0, 2)"});
+  add("batch_index_invalid_many_rois", [=](const at::Device& d) {
+        roi_pool_forward(good_input(d), rois_with_batch(d, 40, {{17, NAN}, {5, 3.0}, {39, 2.0}}), p); },
+      {"rois[5, 0]", "[0, 2)"});
   // 65536 x 32768 elements per plane: argmax (int32) could not address them. Expanded from one element,
   // so nothing is allocated before the check.
   add("plane_too_large_for_int32_argmax", [=](const at::Device& d) {
@@ -394,6 +483,72 @@ std::vector<harness::BadInputCase> roi_pool_bad_inputs() {
   return std::move(bad.cases);
 }
 
+// 64-bit offsets past 2^31 elements of one image (OPS.md: int32 overflow for big tensors): the input is
+// [1, 8, 16512, 16512] (2,181,038,080 elements; a plane of 272,646,144 fits argmax's int32), built on the device
+// from sin(0.37 y + 0.11 x + 0.7 c), channels first (the channels-first kernel: 3 rois are far below map / 8) or
+// channels last (the NHWC kernel, whose pixel offsets h * W * C + w * C then need 64 bits). Two rois sit at the
+// far corner (one reaches past the right edge, so its last bin columns are empty), one at the origin; the
+// reference runs on 512 x 512 crops that share the map's edges, with the rois shifted by the crop's origin and
+// its argmax mapped back to the map's plane. Coordinates are multiples of 128, exact in every dtype (bf16 has 8
+// significant bits), and every roi is 385 px, bins of exactly 55: fp32 and fp64 bin edges agree.
+constexpr std::int64_t kLargeSide = 16512, kLargeChannels = 8, kLargeCrop = 512;
+
+harness::CheckResult check_large_index(DType dtype, bool channels_last) {
+  harness::CheckResult r;
+  const RoiPoolParams p{1.0, 7, 7};
+  const std::int64_t side = kLargeSide, far = kLargeSide - kLargeCrop;
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::ScalarType st = harness::scalar_type_of(dtype);
+  const at::Tensor rois_cpu = at::tensor({0.0, 16128.0, 16128.0, 16512.0, 16512.0,  //
+                                          0.0, 16256.0, 16000.0, 16640.0, 16384.0,  //
+                                          0.0, 0.0, 0.0, 384.0, 384.0},
+                                         at::kDouble).view({3, 5});
+  const at::Tensor shift = at::tensor({0.0, static_cast<double>(far), static_cast<double>(far),
+                                       static_cast<double>(far), static_cast<double>(far)}, at::kDouble);
+  const at::Tensor far_rois = rois_cpu.slice(0, 0, 2) - shift, near_rois = rois_cpu.slice(0, 2, 3);
+  r.properties["input_shape"] = "[1, 8, 16512, 16512]";
+  r.properties["memory_format"] = channels_last ? "channels_last" : "contiguous";
+  r.properties["input_elements"] = std::to_string(kLargeChannels * side * side);
+  const at::ScalarType compute = dtype == DType::kFloat64 ? at::kDouble : at::kFloat;
+  at::Tensor x;
+  {
+    const auto o = cuda.dtype(compute);
+    const at::Tensor ys = at::arange(side, o) * 0.37, xs = at::arange(side, o) * 0.11;
+    const at::Tensor cs = at::arange(kLargeChannels, o) * 0.7;
+    // In place, so the map exists at most twice (its compute dtype and its dtype): 20 GB at most (fp64).
+    if (channels_last) {
+      at::Tensor a = ys.view({side, 1, 1}) + xs.view({1, side, 1}) + cs.view({1, 1, kLargeChannels});
+      x = a.sin_().to(st).view({1, side, side, kLargeChannels}).permute({0, 3, 1, 2});
+    } else {
+      at::Tensor a = cs.view({kLargeChannels, 1, 1}) + ys.view({1, side, 1}) + xs.view({1, 1, side});
+      x = a.sin_().to(st).view({1, kLargeChannels, side, side});
+    }
+  }
+  const auto [out_dev, argmax_dev] = roi_pool_forward(x, rois_cpu.to(cuda.dtype(st)), p);
+  const at::Tensor out = out_dev.cpu(), argmax = argmax_dev.cpu();
+  const at::Tensor crop_far = x.slice(2, far, side).slice(3, far, side).cpu();
+  const at::Tensor crop_near = x.slice(2, 0, kLargeCrop).slice(3, 0, kLargeCrop).cpu();
+  x.reset();
+  // The reference's argmax is h * 512 + w within its crop: the map's is (h + origin) * side + (w + origin).
+  auto on_map = [side](const at::Tensor& a, std::int64_t origin) {
+    const at::Tensor h = at::div(a, kLargeCrop, "floor") + origin, w = at::remainder(a, kLargeCrop) + origin;
+    return at::where(a < 0, a, h * side + w);
+  };
+  const harness::Tolerance tol = harness::default_tolerance(dtype);
+  for (int part = 0; part < 2; ++part) {
+    const std::int64_t origin = part == 0 ? far : 0;
+    const reference::RoiPoolResult ref = reference::roi_pool_forward(
+        p, kit::to_tensor4d(part == 0 ? crop_far : crop_near), kit::to_matrix(part == 0 ? far_rois : near_rois));
+    const at::Tensor rows_out = part == 0 ? out.slice(0, 0, 2) : out.slice(0, 2, 3);
+    const at::Tensor rows_argmax = part == 0 ? argmax.slice(0, 0, 2) : argmax.slice(0, 2, 3);
+    r.comparisons.push_back(harness::compare_tensors(rows_out, kit::from_tensor4d(ref.output), tol));
+    const at::Tensor expected_argmax = on_map(index_tensor(ref.argmax), origin);
+    r.comparisons.push_back(harness::compare_tensors(rows_argmax.to(at::kLong), expected_argmax, harness::Tolerance{}));
+  }
+  harness::summarize(r);
+  return r;
+}
+
 // Benchmark cases (docs/benchmarks.md): the Faster R-CNN box head on the P2 level of an 800x1344 image, on
 // boxes inside the image (box_head_1000) and on 1000 RPN proposals per image x 2 images (rpn_box, crossing
 // the border), the latter cold and warm (rpn_box_warm: the map, or grad_output, just written).
@@ -421,6 +576,13 @@ std::vector<harness::BenchCase> roi_pool_benchmarks() {
 
 OpSpec roi_pool_spec() {
   OpSpec spec = kit::op_spec("roi_pool", roi_pool_cases(), roi_pool_bad_inputs());
+  for (DType dtype : kAllDTypes) {
+    for (bool channels_last : {false, true}) {
+      spec.extra_checks.push_back({channels_last ? "large_index_channels_last_forward" : "large_index_forward",
+                                   dtype_name(dtype), Device::kCuda,
+                                   [dtype, channels_last] { return check_large_index(dtype, channels_last); }});
+    }
+  }
   spec.valid_call = [](const at::Device& d) {
     const auto opts = at::TensorOptions().dtype(at::kFloat).device(d);
     const at::Tensor x = at::arange(16, opts).view({1, 1, 4, 4});
