@@ -42,7 +42,7 @@ void run_nms_cpu(const NmsParams& params, const NmsArgs& args, DType boxes_dtype
     const T* in = static_cast<const T*>(args.boxes);
     std::vector<NmsBox<Acc>> boxes(static_cast<std::size_t>(n));
     for (std::int64_t p = 0; p < n; ++p) boxes[p] = make_nms_box<Acc>(in + 4 * order[p]);
-    const Acc threshold = nms_compare_threshold<Acc>(params.iou_threshold);
+    const NmsThreshold<Acc> threshold = nms_make_threshold<Acc>(params.iou_threshold);
     std::vector<char> removed(static_cast<std::size_t>(n), 0);
     std::int64_t kept = 0;
     for (std::int64_t p = 0; p < n; ++p) {

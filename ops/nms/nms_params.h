@@ -13,9 +13,14 @@ struct NmsParams {
   double iou_threshold = 0.5;
   // CUDA only: the most device memory one chunk of the suppression mask may take. The mask is built and
   // consumed in chunks of rows of about this size, so 100,000 boxes need ~64 MiB instead of the 1.25 GB a
-  // whole N x N/64 mask would. Smaller values only make more (smaller) chunks; the result is the same.
+  // whole N x N/64 mask would. A chunk is charged its worst case (every 64-bit mask word of its rows set,
+  // stored as a 12-byte list entry). Smaller values only make more (smaller) chunks; the result is the same.
   // At least one 64-row block per chunk is always used.
   std::int64_t mask_chunk_bytes = std::int64_t{64} << 20;
+  // CUDA only, for tests: false keeps the scan's suppressed-box bitset in global memory, as the scan must
+  // when the bitset (N / 8 bytes) does not fit in one block's shared memory (past ~1.6M boxes on an H200).
+  // The result is the same either way.
+  bool scan_removed_in_shared = true;
 };
 
 // Sorted positions are int32 (as is CUB's item count), so at most this many boxes.

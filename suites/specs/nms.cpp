@@ -7,6 +7,9 @@
 //   dtype under test) is more than the IoU tolerance away from the threshold. Then any implementation
 //   whose IoU error is within the tolerance must return the reference's keep list exactly. The judge
 //   verifies this premise on the rounded inputs; a case that does not meet it is an error.
+// - kExactTies: as kExact, but scores may tie (equal scores, NaN scores, -0 and +0): the definition ranks
+//   equal scores in index order (a stable sort), and so does the reference, so the keep list is still exact.
+//   Only DetOps defines that order (torchvision does not): these cases never compare with torchvision.
 // - kExactByConstruction: the keep list is exact for a reason the margin test cannot see, stated at
 //   the case (IoUs exactly at the threshold: exact in every precision, or 1/5 and 4/5, which float holds
 //   above the double threshold; IoU 0 of touching boxes at threshold 0; identical boxes; thresholds
@@ -38,7 +41,7 @@ using reference::NmsBoxes;
 
 double iou_tolerance(DType dtype) { return dtype == DType::kFloat64 ? 1e-12 : 2e-6; }
 
-enum class Judge { kExact, kExactByConstruction, kValidity };
+enum class Judge { kExact, kExactTies, kExactByConstruction, kValidity };
 
 enum class Layout {
   kGrid,            // integer boxes in [lo, lo + 256)^2, sizes 8..64, accepted only away from the threshold
@@ -51,6 +54,7 @@ enum class Layout {
   kBoundary,        // pairs with IoU = threshold +- 1e-5
   kBoundaryChain,   // chains in which each box sits near the threshold with the next
   kGreedyChain,     // A suppresses B, B would suppress C, so C is kept
+  kChains,          // `clusters` chains interleaved in index order, each a run of 8 x 8 boxes 2 apart
   kAreaOverflow,    // 38 jittered 300 x 300 boxes: areas past fp16's 65504
   kNearlyIdentical, // two nearly identical boxes with scores 0 and 1
   kInverted,        // grid boxes with some x1 > x2 or y1 > y2
@@ -86,6 +90,7 @@ struct NmsCaseConfig {
   double coordinate_shift = 0;     // added to every coordinate
   double large_extent = 1e4;       // kLarge
   std::int64_t chunk_bytes = 0;    // > 0: NmsParams::mask_chunk_bytes
+  bool scan_in_global = false;     // NmsParams::scan_removed_in_shared = false (the CUDA path past ~1.6M boxes)
   bool noncontiguous = false;
   std::int64_t clusters = 0;       // kClustered
 };
@@ -151,7 +156,8 @@ void add_grid_boxes(Built& b, const NmsCaseConfig& cfg, std::int64_t count, Rng&
     probe.scores.assign(probe.boxes.size() / 4, 0.0);
     const std::int64_t last = static_cast<std::int64_t>(probe.scores.size()) - 1;
     bool clear = true;
-    for (std::int64_t j = 0; j < last && clear && cfg.judge == Judge::kExact; ++j) {
+    const bool exact = cfg.judge == Judge::kExact || cfg.judge == Judge::kExactTies;
+    for (std::int64_t j = 0; j < last && clear && exact; ++j) {
       if (cfg.classes > 0 && b.classes[j] != cls) continue;
       clear = std::abs(reference::nms_reference_iou(probe, j, last) - cfg.threshold) > 1e-3;
     }
@@ -236,6 +242,24 @@ Built build_boxes(const NmsCaseConfig& cfg, Rng& rng) {
         push_box(b, 100 + dx, 100 + dy, 400 + dx, 400 + dy);
       }
       break;
+    case Layout::kChains: {
+      // Box p is element k = p / C of chain c = p % C: [2k, 10(c % 25)] + [8, 8], chains of a group of 25
+      // side by side, groups shifted right past the longest chain. Consecutive elements overlap 6 x 8
+      // (IoU 0.6), elements two apart 4 x 8 (IoU 1/3), three apart 2 x 8 (1/7), chains and groups not at all:
+      // at 0.5, with scores falling along the chain, every other element is kept, each suppression decided
+      // by the one before it, and each element of a chain is C positions after the previous one in rank.
+      // Coordinates stay below 256 (exact in bf16) for the sizes used.
+      const std::int64_t chains = std::max<std::int64_t>(1, cfg.clusters);
+      const std::int64_t longest = (n + chains - 1) / chains;
+      const double group_width = 2.0 * static_cast<double>(longest) + 10;
+      for (std::int64_t p = 0; p < n; ++p) {
+        const std::int64_t c = p % chains, k = p / chains;
+        const double x = static_cast<double>(c / 25) * group_width + 2.0 * static_cast<double>(k);
+        const double y = 10.0 * static_cast<double>(c % 25);
+        push_box(b, x, y, x + 8, y + 8);
+      }
+      break;
+    }
     case Layout::kNearlyIdentical:
       push_box(b, 10, 10, 50, 50);
       push_box(b, 10, 10, 50, 50.001);
@@ -389,12 +413,14 @@ CompareResult judge(const NmsCaseConfig& cfg, bool batched, const Tensors& in, c
     r.message = os.str();
     return r;
   }
-  if (cfg.judge == Judge::kExact) {
+  if (cfg.judge == Judge::kExact || cfg.judge == Judge::kExactTies) {
     const double margin = reference::nms_threshold_margin(boxes, cfg.threshold);
-    if (!reference::nms_scores_distinct(boxes) || !(margin > tol)) {
+    const bool distinct = cfg.judge == Judge::kExactTies || reference::nms_scores_distinct(boxes);
+    if (!distinct || !(margin > tol)) {
       std::ostringstream os;
       os << "the case is declared exact, but on these inputs the scores are "
-         << (reference::nms_scores_distinct(boxes) ? "distinct" : "not distinct") << " and the smallest |IoU - threshold| is "
+         << (distinct ? (cfg.judge == Judge::kExactTies ? "allowed to tie" : "distinct") : "not distinct")
+         << " and the smallest |IoU - threshold| is "
          << margin << " (must exceed " << tol << "): fix the case";
       r.outcome = Outcome::kError;
       r.message = os.str();
@@ -438,6 +464,7 @@ CaseData make_case(const NmsCaseConfig& cfg, bool batched, std::uint64_t seed) {
   NmsParams params;
   params.iou_threshold = c.threshold;
   if (c.chunk_bytes > 0) params.mask_chunk_bytes = c.chunk_bytes;
+  params.scan_removed_in_shared = !c.scan_in_global;
   const bool noncontiguous = c.noncontiguous;
   d.op_forward = [params, batched, noncontiguous](const Tensors& in) -> Tensors {
     at::Tensor boxes = in[0], scores = in[1];
@@ -563,6 +590,59 @@ std::vector<NamedConfig> common_configs() {
   c = {}; c.n = 300; c.layout = L::kGridClustered; c.chunk_bytes = 1; add("chunked_one_row_block_per_chunk", c);
   c = {}; c.n = 3000; c.layout = L::kClustered; c.clusters = 200; c.scores = S::kUniform; c.chunk_bytes = 8 << 10;
   c.judge = J::kValidity; add("chunked_3000_boxes", c);
+  // The CUDA scan resolves a 64-row block by visiting only its kept rows that suppress something in the
+  // block, and removes later rows through list entries: greedy chains (A suppresses B, B would suppress C but
+  // is removed, so C is kept), within a row block, across row blocks and across chunks of one row block.
+  c = {}; c.n = 64; c.layout = L::kChains; c.clusters = 1; c.scores = S::kSorted;
+  add("chain_of_64_in_one_row_block", c);
+  c = {}; c.n = 120; c.layout = L::kChains; c.clusters = 1; c.scores = S::kSorted;
+  add("chain_of_120_across_row_blocks", c);
+  c = {}; c.n = 120; c.layout = L::kChains; c.clusters = 1; c.scores = S::kReversed;
+  add("chain_of_120_scores_increasing", c);
+  c = {}; c.n = 200; c.layout = L::kChains; c.clusters = 2; c.scores = S::kSorted; add("chains_2_of_100", c);
+  c = {}; c.n = 1000; c.layout = L::kChains; c.clusters = 37; c.scores = S::kSorted; add("chains_37_interleaved", c);
+  // Element k of each of 64 chains in row block k: every suppression crosses a row block (and, one row
+  // block per chunk, a chunk).
+  c = {}; c.n = 2048; c.layout = L::kChains; c.clusters = 64; c.scores = S::kSorted; c.chunk_bytes = 1;
+  add("chains_64_interleaved_chunked", c);
+  c = {}; c.n = 2047; c.layout = L::kChains; c.clusters = 64; c.scores = S::kSorted; c.chunk_bytes = 1;
+  add("chains_64_interleaved_2047_chunked", c);
+  c = {}; c.n = 1000; c.layout = L::kChains; c.clusters = 37; c.scores = S::kDistinct; c.chunk_bytes = 1;
+  add("chains_37_random_scores_chunked", c);
+  c = {}; c.n = 2048; c.layout = L::kChains; c.clusters = 64; c.scores = S::kSorted; c.scan_in_global = true;
+  add("chains_64_interleaved_scan_in_global_memory", c);
+  // Row-block edges: N = 63, 64, 65, 127, 128 (129: clustered_grid_129_boxes) with suppression.
+  c = {}; c.n = 63; c.layout = L::kGridClustered; add("clustered_grid_63_boxes", c);
+  c = {}; c.n = 64; c.layout = L::kGridClustered; add("clustered_grid_64_boxes", c);
+  c = {}; c.n = 65; c.layout = L::kGridClustered; add("clustered_grid_65_boxes", c);
+  c = {}; c.n = 127; c.layout = L::kGridClustered; add("clustered_grid_127_boxes", c);
+  c = {}; c.n = 128; c.layout = L::kGridClustered; add("clustered_grid_128_boxes", c);
+  c = {}; c.n = 129; c.layout = L::kGridClustered; c.chunk_bytes = 1; add("clustered_grid_129_boxes_chunked", c);
+  // Identical boxes (IoU exactly 1): only the first is kept. 3000 of them give row block 0 more list entries
+  // (64 x 46) than the scan stages, so the rest are read from global memory.
+  c = {}; c.n = 129; c.layout = L::kIdentical; c.judge = J::kExactByConstruction; c.classes = 1;
+  add("identical_boxes_129", c);
+  c = {}; c.n = 3000; c.layout = L::kIdentical; c.judge = J::kExactByConstruction; c.classes = 1;
+  add("identical_boxes_3000", c);
+  c = {}; c.n = 3000; c.layout = L::kIdentical; c.judge = J::kExactByConstruction; c.classes = 1; c.scan_in_global = true;
+  add("identical_boxes_3000_scan_in_global_memory", c);
+  c = {}; c.n = 1000; c.layout = L::kIdentical; c.judge = J::kExactByConstruction; c.classes = 1; c.chunk_bytes = 1;
+  add("identical_boxes_1000_chunked", c);
+  c = {}; c.n = 1000; c.layout = L::kDisjoint; c.chunk_bytes = 1; add("disjoint_1000_all_kept_chunked", c);
+  // Ties ranked in index order (the definition's stable sort), judged exactly against the reference.
+  c = {}; c.n = 300; c.layout = L::kGridClustered; c.scores = S::kEqual; c.judge = J::kExactTies;
+  add("equal_scores_exact_index_order", c);
+  c = {}; c.n = 1024; c.layout = L::kChains; c.clusters = 64; c.scores = S::kEqual; c.judge = J::kExactTies;
+  c.chunk_bytes = 1; add("equal_scores_chains_chunked", c);
+  c = {}; c.n = 300; c.layout = L::kGridClustered; c.scores = S::kFewLevels; c.judge = J::kExactTies;
+  add("few_score_levels_exact_index_order", c);
+  c = {}; c.n = 300; c.layout = L::kGridClustered; c.scores = S::kNaNMixed; c.judge = J::kExactTies; c.chunk_bytes = 1;
+  add("nan_scores_first_exact_chunked", c);
+  c = {}; c.n = 300; c.layout = L::kGridClustered; c.scores = S::kSignedZeros; c.judge = J::kExactTies;
+  add("signed_zero_scores_exact_index_order", c);
+  c = {}; c.n = 300; c.layout = L::kNaNBoxes; c.chunk_bytes = 1; add("nan_coordinates_chunked", c);
+  c = {}; c.n = 3000; c.layout = L::kClustered; c.clusters = 200; c.scores = S::kUniform; c.chunk_bytes = 8 << 10;
+  c.scan_in_global = true; c.judge = J::kValidity; add("chunked_3000_boxes_scan_in_global_memory", c);
   c = {}; c.n = 2000; c.layout = L::kRandom; c.scores = S::kUniform; c.judge = J::kValidity; add("random_2000", c);
   c = {}; c.n = 5000; c.layout = L::kClustered; c.clusters = 300; c.threshold = 0.7; c.scores = S::kUniform;
   c.judge = J::kValidity; add("clustered_5000_threshold_0_7", c);
@@ -718,8 +798,8 @@ OpSpec make_spec(bool batched) {
   };
   spec.determinism.backward_cpu = spec.determinism.backward_cuda = true;
   spec.determinism.note =
-      "forward only. CUDA: a stable radix sort, then mask tiles each written by one block and one sequential scan; "
-      "tile lists are appended in any order, but they are only OR-ed, so the keep list is the same every run";
+      "forward only. CUDA: a stable radix sort, then mask words each computed by one thread and one sequential "
+      "scan; list entries are appended in any order, but they are only OR-ed, so the keep list is the same every run";
   spec.benchmarks = nms_benchmarks(batched);
   return spec;
 }
