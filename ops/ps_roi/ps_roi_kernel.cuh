@@ -84,16 +84,23 @@ DETOPS_HD PsRoiAlignGeometry<Acc> ps_roi_align_geometry(const PsRoiAlignParams& 
   return g;
 }
 
+// Sample s of a grid of `grid` samples along one axis of bin `bin`: start + bin * size + (s + 0.5) * size / grid.
+// Every path (the per-sample loop, the separable taps below, CPU and CUDA) computes positions with this one
+// expression (the same as before the separable form).
+template <typename Acc>
+DETOPS_HD Acc ps_roi_align_sample(Acc start, Acc size, std::int64_t grid, std::int64_t bin, std::int64_t s) {
+  return start + static_cast<Acc>(bin) * size +
+         static_cast<Acc>(static_cast<Acc>(s) + Acc(0.5)) * size / static_cast<Acc>(grid);
+}
+
 template <typename Acc>
 DETOPS_HD Acc ps_roi_align_sample_y(const PsRoiAlignGeometry<Acc>& g, std::int64_t i, std::int64_t iy) {
-  return g.start_y + static_cast<Acc>(i) * g.bin_h +
-         static_cast<Acc>(static_cast<Acc>(iy) + Acc(0.5)) * g.bin_h / static_cast<Acc>(g.grid_h);
+  return ps_roi_align_sample(g.start_y, g.bin_h, g.grid_h, i, iy);
 }
 
 template <typename Acc>
 DETOPS_HD Acc ps_roi_align_sample_x(const PsRoiAlignGeometry<Acc>& g, std::int64_t j, std::int64_t ix) {
-  return g.start_x + static_cast<Acc>(j) * g.bin_w +
-         static_cast<Acc>(static_cast<Acc>(ix) + Acc(0.5)) * g.bin_w / static_cast<Acc>(g.grid_w);
+  return ps_roi_align_sample(g.start_x, g.bin_w, g.grid_w, j, ix);
 }
 
 // Calls fn(taps) for the bilinear taps of every sample of bin (i, j) that lands on the map.
@@ -139,6 +146,86 @@ DETOPS_HD void ps_roi_align_bin_scatter(const PsRoiAlignGeometry<Acc>& g, Acc gr
     add(t.y_high * width + t.x_low, g_per_sample * t.w_hl);
     add(t.y_high * width + t.x_high, g_per_sample * t.w_hh);
   });
+}
+
+// ps_roi_align, separable form. A bin's samples form a grid (rows y(iy) x columns x(ix)); a sample is on the map
+// when both coordinates are (bilinear_axis's valid flag on each axis: the [-1, H] test of y does not depend on x
+// and vice versa, NaN failing both), and its tap weight at pixel (r, c) is wy(r) * wx(c), each factor from its
+// own axis. So the bin's sum over its valid samples and their four taps is
+//     sum over rows r and columns c of Wy(r) * Wx(c) * plane[r, c],
+// Wy(r) the sum of the weights the valid row samples give row r (likewise Wx): each touched pixel is read once
+// (scattered to once) instead of once per tap of every sample touching it. An axis without a valid sample has an
+// empty list, so the bin sums to 0; its samples still count in `count` (PsRoiAlignGeometry), as in the per-sample
+// form. The row and column lists hold every (row, column) pair some sample taps: no other pixel is read.
+
+// Taps one axis list may hold. 34 holds every adaptive grid of up to 32 samples a side (samples at most a pixel
+// apart touch at most grid + 1 pixels), any fixed grid of up to 17 (2 taps per sample), and any grid over an axis
+// of at most 34 pixels; a bin whose list would be longer takes the per-sample loop.
+inline constexpr int kPsRoiAlignListTaps = 34;
+
+// One merged tap of an axis: pos = pixel index * stride (rows: * width, columns: * 1), and its summed weight.
+template <typename Acc, typename Index>
+struct PsRoiAxisTap {
+  Index pos;
+  Acc weight;
+};
+
+// The merged taps of bin `bin` along one axis (start, size = bin extent, grid samples; extent pixels), in sample
+// order, into taps[0 .. return). Returns -1 when they need more than `capacity` entries. The sample positions are
+// monotone in s (non-decreasing for size >= 0, non-increasing for size < 0: each floating-point step is monotone),
+// so with each sample's two taps pushed in that direction a pixel repeats only as one of the last two entries:
+// each pixel gets one entry, and the entries are the distinct pixels the valid samples tap.
+template <typename Acc, typename Index>
+DETOPS_HD int ps_roi_align_axis_taps(Acc start, Acc size, std::int64_t grid, std::int64_t bin, Index extent,
+                                     Index stride, PsRoiAxisTap<Acc, Index>* taps, int capacity) {
+  int n = 0;
+  Index last = -1, before_last = -1;  // pos of entries n - 1 and n - 2
+  const bool increasing = !(size < Acc(0));
+  for (std::int64_t s = 0; s < grid; ++s) {
+    const Acc v = ps_roi_align_sample(start, size, grid, bin, s);
+    const BilinearAxis<Acc, Index> a = bilinear_axis(v, extent);
+    if (!a.valid) {
+      // Past the far end of the axis: every later sample is too (monotone).
+      if (increasing ? v > static_cast<Acc>(extent) : v < Acc(-1)) break;
+      continue;
+    }
+    for (int t = 0; t < 2; ++t) {
+      const bool low = (t == 0) == increasing;
+      const Index pos = (low ? a.low : a.high) * stride;
+      const Acc w = low ? a.w_low : a.w_high;
+      if (n > 0 && pos == last) {
+        taps[n - 1].weight += w;
+      } else if (n > 1 && pos == before_last) {
+        taps[n - 2].weight += w;
+      } else {
+        if (n == capacity) return -1;
+        taps[n].pos = pos;
+        taps[n].weight = w;
+        ++n;
+        before_last = last;
+        last = pos;
+      }
+    }
+  }
+  return n;
+}
+
+// Both lists of bin (i, j), when both fit kPsRoiAlignListTaps (separable); else the per-sample form applies.
+template <typename Acc, typename Index>
+struct PsRoiAlignBinTaps {
+  PsRoiAxisTap<Acc, Index> rows[kPsRoiAlignListTaps], cols[kPsRoiAlignListTaps];
+  int row_count = 0, col_count = 0;
+  bool separable = false;
+};
+
+template <typename Acc, typename Index>
+DETOPS_HD void ps_roi_align_bin_taps(const PsRoiAlignGeometry<Acc>& g, Index height, Index width, std::int64_t i,
+                                     std::int64_t j, PsRoiAlignBinTaps<Acc, Index>& b) {
+  b.row_count = ps_roi_align_axis_taps(g.start_y, g.bin_h, g.grid_h, i, height, width, b.rows, kPsRoiAlignListTaps);
+  b.col_count = b.row_count < 0 ? -1
+                                : ps_roi_align_axis_taps(g.start_x, g.bin_w, g.grid_w, j, width, Index(1), b.cols,
+                                                         kPsRoiAlignListTaps);
+  b.separable = b.row_count >= 0 && b.col_count >= 0;
 }
 
 // ps_roi_pool
@@ -261,15 +348,37 @@ struct PsRoiAlignMath {
   static DETOPS_HD PsRoiAlignGeometry<acc_t<T>> geometry(const PsRoiAlignParams& p, const T* roi, std::int64_t batch) {
     return ps_roi_align_geometry<T, acc_t<T>>(p, roi, batch);
   }
+  // The separable form when the bin's lists fit, else the loop over samples and taps (the CUDA kernels decide the
+  // same way, per roi).
   template <typename T>
   static DETOPS_HD acc_t<T> value(const PsRoiAlignParams&, const PsRoiAlignGeometry<acc_t<T>>& g, const PsRoiElement& e,
                                   const T* plane, const RoiShape& s) {
-    return ps_roi_align_bin_average<T, acc_t<T>>(g, plane, s.height, s.width, e.bin_y, e.bin_x);
+    using Acc = acc_t<T>;
+    if (g.count == Acc(0)) return ps_roi_quiet_nan<Acc>();
+    PsRoiAlignBinTaps<Acc, std::int64_t> b;
+    ps_roi_align_bin_taps(g, s.height, s.width, e.bin_y, e.bin_x, b);
+    if (!b.separable) return ps_roi_align_bin_average<T, Acc>(g, plane, s.height, s.width, e.bin_y, e.bin_x);
+    Acc sum = 0;
+    for (int c = 0; c < b.col_count; ++c) {
+      for (int r = 0; r < b.row_count; ++r) {
+        sum += (b.rows[r].weight * b.cols[c].weight) * to_acc<Acc>(plane[b.rows[r].pos + b.cols[c].pos]);
+      }
+    }
+    return sum / g.count;
   }
   template <typename Acc, typename AddFn>
   static DETOPS_HD void scatter(const PsRoiAlignParams&, const PsRoiAlignGeometry<Acc>& g, const PsRoiElement& e,
                                 Acc grad, const RoiShape& s, AddFn&& add) {
-    ps_roi_align_bin_scatter(g, grad, s.height, s.width, e.bin_y, e.bin_x, add);
+    if (g.count == Acc(0)) return;
+    PsRoiAlignBinTaps<Acc, std::int64_t> b;
+    ps_roi_align_bin_taps(g, s.height, s.width, e.bin_y, e.bin_x, b);
+    if (!b.separable) return ps_roi_align_bin_scatter(g, grad, s.height, s.width, e.bin_y, e.bin_x, add);
+    const Acc g_per_sample = grad / g.count;
+    for (int c = 0; c < b.col_count; ++c) {
+      for (int r = 0; r < b.row_count; ++r) {
+        add(b.rows[r].pos + b.cols[c].pos, g_per_sample * (b.rows[r].weight * b.cols[c].weight));
+      }
+    }
   }
 };
 

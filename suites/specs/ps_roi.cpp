@@ -28,6 +28,9 @@ enum class RoiLayout {
   kUnevenBins,       // ps_roi_pool: roi sizes where floating-point bin arithmetic is off by one pixel
   kFloatBins27,      // ps_roi_pool: sizes 55 and 110 over 27 bins, where fp32 and fp64 bins both move a boundary
   kHalfAccumulation, // kHalfAccumulationTerms rois on each of four pixels (scale 1, 1x1 bins): sample / pool that pixel
+  kOneAxisOutside,   // each roi beyond the map on one axis only (crossing one edge, or wholly beside the map)
+  kOnePixelBins,     // rois pw x ph feature-map pixels: bins of one pixel (at integer and fractional positions)
+  kSubPixelBins,     // rois of 0.5-5 pixels: with 7x7 bins, bins of a fraction of a pixel
 };
 using BatchLayout = kit::RoiBatchLayout;
 
@@ -112,6 +115,30 @@ at::Tensor make_rois(const PsRoiCaseConfig& cfg, at::Generator& gen) {
     case RoiLayout::kFloatBins27:  // 27 bins over 55 or 110 pixels: fp32 and fp64 give the same bins, one
       // boundary off the exact one; integer coordinates below 256 are exact in every dtype
       fill_rows({{3, 2, 58, 57}, {1, 4, 111, 59}, {5, 1, 60, 111}, {0, 0, 110, 110}});
+      break;
+    case RoiLayout::kOneAxisOutside:
+      // The samples (pixels) of these bins are beyond the map on one axis and inside it on the other: such a sample
+      // contributes nothing but still counts in ps_roi_align's divisor.
+      fill_rows({{-0.6 * w, 0.2 * h, 0.5 * w, 0.8 * h},   // crosses the left edge only
+                 {0.5 * w, 0.1 * h, 1.7 * w, 0.7 * h},    // the right edge only
+                 {0.1 * w, -0.8 * h, 0.9 * w, 0.4 * h},   // the top edge only
+                 {0.2 * w, 0.6 * h, 0.7 * w, 1.9 * h},    // the bottom edge only
+                 {-1.5 * w, 0.3 * h, -0.2 * w, 0.6 * h},  // left of the map, inside it vertically
+                 {0.3 * w, 1.2 * h, 0.6 * w, 2.0 * h}});  // below the map, inside it horizontally
+      break;
+    case RoiLayout::kOnePixelBins: {
+      const double ph = static_cast<double>(cfg.pooled_height), pw = static_cast<double>(cfg.pooled_width);
+      std::vector<std::array<double, 4>> rows;
+      for (const auto& o : std::vector<std::array<double, 2>>{
+               {1, 2}, {3.5, 0.5}, {w - pw, h - ph}, {0, 0}, {-2, 4}, {5.25, 1.75}}) {
+        rows.push_back({o[0], o[1], o[0] + pw, o[1] + ph});
+      }
+      fill_rows(rows);
+      break;
+    }
+    case RoiLayout::kSubPixelBins:
+      fill_rows({{1, 2, 3, 5}, {4.3, 0.7, 6.1, 3.2}, {w - 3, h - 2, w, h}, {-1, -1, 2, 1.5}, {7.5, 6.5, 8, 9},
+                 {0.2, 8, 4.9, 8.6}});
       break;
     case RoiLayout::kHalfAccumulation:
       // [x, x + 1] x [y, y + 1]: ps_roi_align (sampling_ratio 1) samples exactly (y, x); ps_roi_pool pools that pixel.
@@ -267,6 +294,40 @@ void add_half_accumulation_backward_case(CaseList& l, const PsRoiCaseConfig& bas
   c.half_accumulation = true; l.add("half_accumulation_overlapping_rois_backward", c);
 }
 
+// The cases of the team kernels (ops/ps_roi/ps_roi_cuda.cu: a team of lanes per element, on a bin's columns, a
+// loop over its rows, channels in chunks of 64 per warp), both ops. Added after every other case so that no seed moves.
+void add_team_cases(CaseList& l, const PsRoiCaseConfig& base) {
+  PsRoiCaseConfig c;
+  // Bins wider than a 32-lane team: the column loop runs twice. ps_roi_align: a 40 x 24 adaptive grid, whose column
+  // list (40 pixels) does not fit: the per-sample loop, lanes on a sample row's samples, twice.
+  c = base; c.rois = RoiLayout::kWholeMap; c.pooled_height = c.pooled_width = 1; c.spatial_scale = 1.0; c.height = 24;
+  c.width = 40; c.num_rois = 2; c.out_channels = 3; l.add("roi_covers_wide_map_1x1", c);
+  // ps_roi_align: bins 33 pixels wide, whose column lists hold 34 and 33 taps (kPsRoiAlignListTaps = 34): the lists
+  // at capacity, 32-lane teams over them twice. ps_roi_pool: 33-column bins.
+  c = base; c.rois = RoiLayout::kWholeMap; c.pooled_height = c.pooled_width = 2; c.spatial_scale = 1.0; c.height = 9;
+  c.width = 66; c.num_rois = 2; l.add("roi_covers_wide_map_2x2", c);
+  // Samples (pixels) beyond the map on one axis only.
+  c = base; c.rois = RoiLayout::kOneAxisOutside; l.add("rois_outside_on_one_axis", c);
+  c.pooled_height = c.pooled_width = 7; l.add("rois_outside_on_one_axis_7x7", c);
+  // Bins of one pixel (ps_roi_align: one sample per bin, on a pixel or between pixels) and of a fraction of one.
+  c = base; c.rois = RoiLayout::kOnePixelBins; c.pooled_height = c.pooled_width = 7; c.spatial_scale = 1.0;
+  l.add("one_pixel_bins_7x7", c);
+  c.pooled_height = 3; c.pooled_width = 5; c.spatial_scale = 0.5; l.add("one_pixel_bins_3x5_scale_half", c);
+  c = base; c.rois = RoiLayout::kSubPixelBins; c.pooled_height = c.pooled_width = 7; c.spatial_scale = 1.0;
+  l.add("subpixel_bins_7x7", c);
+  // Many output channels with ph != pw: the element -> (channel, bin) mapping, chunks of 64 channels that end inside
+  // a channel's bins (195 = 3 x 64 + 3 and 154 = 2 x 64 + 26 channels per roi).
+  c = base; c.out_channels = 13; c.pooled_height = 3; c.pooled_width = 5; c.height = 11; c.width = 14; c.num_rois = 5;
+  l.add("many_output_channels_3x5", c);
+  c = base; c.out_channels = 11; c.pooled_height = 7; c.pooled_width = 2; c.height = 13; c.width = 10; c.num_rois = 5;
+  c.spatial_scale = 0.5; l.add("many_output_channels_7x2", c);
+  c = base; c.rois = RoiLayout::kNaN; c.out_channels = 3; c.pooled_height = c.pooled_width = 7;
+  l.add("nan_coordinates_7x7_many_channels", c);
+  // ph + pw > 32: ps_roi_align builds no lists (the per-sample loop for every roi).
+  c = base; c.out_channels = 1; c.pooled_height = 20; c.pooled_width = 14; c.height = 16; c.width = 18;
+  c.spatial_scale = 1.0; c.num_rois = 4; l.add("pooled_20x14", c);
+}
+
 std::vector<OpCase> ps_roi_align_cases() {
   CaseList l(0x95A1'0000, make_case<AlignOp>);
   // The parameter grid: every sampling_ratio x pooled size x C_out, spatial_scale cycling 1/4..1/32.
@@ -314,6 +375,19 @@ std::vector<OpCase> ps_roi_align_cases() {
   c = base; c.zero_empty_bins = true; c.rois = RoiLayout::kZeroSize; l.add("zero_empty_bins_zero_size_rois", c);
   c = base; c.zero_empty_bins = true; c.rois = RoiLayout::kDegenerate; l.add("zero_empty_bins_degenerate_rois", c);
   c = base; c.zero_empty_bins = true; l.add("zero_empty_bins_random_rois", c);
+  add_team_cases(l, base);
+  // Fixed grids whose column taps do not merge (samples 2.6 pixels apart, two taps each): sampling_ratio 17 fills a
+  // list (34 taps), 18 overflows it (the per-sample loop).
+  c = base; c.rois = RoiLayout::kWholeMap; c.pooled_height = c.pooled_width = 1; c.spatial_scale = 1.0; c.height = 10;
+  c.width = 45; c.num_rois = 2; c.sampling_ratio = 17; l.add("fixed_sr17_list_capacity", c);
+  c.sampling_ratio = 18; l.add("fixed_sr18_list_overflow", c);
+  c = base; c.rois = RoiLayout::kOneAxisOutside; c.sampling_ratio = 2; c.pooled_height = c.pooled_width = 7;
+  l.add("rois_outside_on_one_axis_fixed_sr", c);
+  // Degenerate rois with a fixed grid: sample positions decrease along each axis (the lists merge taps that way).
+  c = base; c.rois = RoiLayout::kDegenerate; c.sampling_ratio = 3; c.pooled_height = c.pooled_width = 7;
+  c.spatial_scale = 1.0; l.add("degenerate_rois_fixed_sr3_7x7", c);
+  c = base; c.rois = RoiLayout::kSubPixelBins; c.sampling_ratio = 2; c.pooled_height = c.pooled_width = 7;
+  c.spatial_scale = 1.0; l.add("subpixel_bins_7x7_fixed_sr", c);
   return std::move(l.cases);
 }
 
@@ -381,6 +455,12 @@ std::vector<OpCase> ps_roi_pool_cases() {
   l.add("exact_bins_feature_map_1x1_scale1", c);
   c = base; c.exact_bins = true; c.stride0_grad = true; c.noncontiguous_input = true;
   l.add("exact_bins_stride0_grad_noncontiguous_input", c);
+  add_team_cases(l, base);
+  c = base; c.exact_bins = true; c.rois = RoiLayout::kOneAxisOutside; c.pooled_height = c.pooled_width = 7;
+  l.add("exact_bins_rois_outside_on_one_axis_7x7", c);
+  c = base; c.exact_bins = true; c.rois = RoiLayout::kWholeMap; c.pooled_height = c.pooled_width = 1;
+  c.spatial_scale = 1.0; c.height = 24; c.width = 40; c.num_rois = 2; c.out_channels = 3;
+  l.add("exact_bins_roi_covers_wide_map_1x1", c);
   return std::move(l.cases);
 }
 
@@ -420,6 +500,22 @@ std::vector<harness::BadInputCase> bad_inputs(const char* op, Params good, std::
   add("backward_channel_mapping_on_other_device", [=](const at::Device& d) {
         Op::backward(at::ones({2, 2, 2, 2}, f32(d)), good_rois(d), kit::other_device(mapping(d), d), good, {2, 8, 8, 8}); },
       {"grad and channel_mapping", "same device"});
+  // Rois 2 (index 5) and 4 (NaN) invalid, 160 channels (three chunks of a CUDA warp item per roi): the first invalid
+  // roi is reported, whichever warp meets which first.
+  auto later_invalid_rois = [](const at::Device& d) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    return at::tensor({0.0f, 0.0f, 0.0f, 4.0f, 4.0f, 1.0f, 1.0f, 1.0f, 6.0f, 6.0f, 5.0f, 0.0f, 0.0f, 3.0f, 3.0f,
+                       0.0f, 2.0f, 2.0f, 7.0f, 7.0f, nan, 0.0f, 0.0f, 2.0f, 2.0f})
+        .view({5, 5})
+        .to(d);
+  };
+  add("batch_index_invalid_in_later_rois_many_channels", [=](const at::Device& d) {
+        Op::forward(at::rand({2, 160, 8, 8}, f32(d)), later_invalid_rois(d), good); },
+      {"rois[2, 0]", "[0, 2)"});
+  add("backward_batch_index_invalid_in_later_rois_many_channels", [=](const at::Device& d) {
+        Op::backward(at::ones({5, 40, 2, 2}, f32(d)), later_invalid_rois(d),
+                     at::zeros({5, 40, 2, 2}, at::TensorOptions().dtype(at::kInt).device(d)), good, {2, 160, 8, 8}); },
+      {"rois[2, 0]", "[0, 2)"});
   return std::move(bad.cases);
 }
 
