@@ -73,28 +73,22 @@ TEST(Bilinear, TapsAreProductsOfAxesDouble) {
 
 // The axis rule itself at its boundaries (torchvision's): out of range beyond -1 and extent, (-1, 0] clamps to
 // pixel 0 with all weight on it, >= extent - 1 snaps to the last pixel.
+void expect_axis(double v, std::int64_t extent, std::int64_t low, std::int64_t high, double w_low, double w_high) {
+  const BilinearAxis<double, std::int64_t> a = bilinear_axis(v, extent);
+  ASSERT_TRUE(a.valid) << "v=" << v;
+  EXPECT_EQ(a.low, low) << "v=" << v;
+  EXPECT_EQ(a.high, high) << "v=" << v;
+  EXPECT_EQ(a.w_low, w_low) << "v=" << v;
+  EXPECT_EQ(a.w_high, w_high) << "v=" << v;
+}
+
 TEST(Bilinear, AxisBoundaries) {
   EXPECT_FALSE(bilinear_axis(-1.0001, std::int64_t{10}).valid);
   EXPECT_FALSE(bilinear_axis(10.0001, std::int64_t{10}).valid);
   EXPECT_FALSE(bilinear_axis(std::nan(""), std::int64_t{10}).valid);
-  const auto clamp = bilinear_axis(-0.5, std::int64_t{10});
-  ASSERT_TRUE(clamp.valid);
-  EXPECT_EQ(clamp.low, 0);
-  EXPECT_EQ(clamp.high, 1);
-  EXPECT_EQ(clamp.w_low, 1.0);
-  EXPECT_EQ(clamp.w_high, 0.0);
-  const auto snap = bilinear_axis(9.5, std::int64_t{10});
-  ASSERT_TRUE(snap.valid);
-  EXPECT_EQ(snap.low, 9);
-  EXPECT_EQ(snap.high, 9);
-  EXPECT_EQ(snap.w_low, 1.0);
-  EXPECT_EQ(snap.w_high, 0.0);
-  const auto mid = bilinear_axis(3.25, std::int64_t{10});
-  ASSERT_TRUE(mid.valid);
-  EXPECT_EQ(mid.low, 3);
-  EXPECT_EQ(mid.high, 4);
-  EXPECT_EQ(mid.w_low, 0.75);
-  EXPECT_EQ(mid.w_high, 0.25);
+  expect_axis(-0.5, 10, 0, 1, 1.0, 0.0);   // clamped to 0
+  expect_axis(9.5, 10, 9, 9, 1.0, 0.0);    // snapped to the last pixel
+  expect_axis(3.25, 10, 3, 4, 0.75, 0.25);
 }
 
 }  // namespace
