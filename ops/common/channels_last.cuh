@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "detops/core/cuda_check.h"
 #include "common/launch.h"
@@ -113,6 +115,20 @@ template <typename In, typename Out, typename Acc = acc_t<Out>>
 void channels_last_to_first(const In* in, Out* out, std::int64_t batch, std::int64_t pixels, std::int64_t channels,
                             cudaStream_t stream) {
   channels_last_detail::transpose<In, Out, Acc>(in, out, batch, pixels, channels, stream);
+}
+
+// A [batch, channels, pixels] map channels last, for `op`'s channels-last kernels: the map itself when
+// input_channels_last, else its copy in `workspace` (transposed here; a missing workspace is the caller's bug).
+template <typename T>
+const T* channels_last_map(const char* op, const void* input, bool input_channels_last, void* workspace,
+                           std::int64_t batch, std::int64_t channels, std::int64_t pixels, cudaStream_t stream) {
+  if (input_channels_last) return static_cast<const T*>(input);
+  if (workspace == nullptr) {
+    throw std::invalid_argument(std::string(op) + ": a channels-first input needs channels_last_workspace on CUDA");
+  }
+  channels_first_to_last<T, T>(static_cast<const T*>(input), static_cast<T*>(workspace), batch, channels, pixels,
+                               stream);
+  return static_cast<const T*>(workspace);
 }
 
 }  // namespace detops

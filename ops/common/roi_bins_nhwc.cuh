@@ -305,17 +305,12 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace roi_nhwc_detail
 
-// The map channels last: input itself when it is, else its copy in workspace (transposed here).
+// The map channels last (channels_last_map over the RoI shape).
 template <typename T>
 const T* roi_channels_last_input(const char* op, const void* input, bool input_channels_last, void* workspace,
                                  const RoiShape& s, cudaStream_t stream) {
-  if (input_channels_last) return static_cast<const T*>(input);
-  if (workspace == nullptr) {
-    throw std::invalid_argument(std::string(op) + ": a channels-first input needs channels_last_workspace on CUDA");
-  }
-  channels_first_to_last<T, T>(static_cast<const T*>(input), static_cast<T*>(workspace), s.batch, s.channels,
-                               s.height * s.width, stream);
-  return static_cast<const T*>(workspace);
+  return channels_last_map<T>(op, input, input_channels_last, workspace, s.batch, s.channels, s.height * s.width,
+                              stream);
 }
 
 // Runs the channels-last forward of `bins_of` (the policy above) over args' map (its channels-last copy made

@@ -37,6 +37,10 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
+// ps_roi_pool's forward (one thread per element): a full SM (2048 threads, so at most 32 registers a thread). The
+// kernel waits on scattered loads, and with 40 registers (75% occupancy) it ran 16% behind torchvision's.
+constexpr int kPoolForwardThreads = 256;
+constexpr int kPoolForwardMinBlocks = 8;
 constexpr std::int64_t kChunk = 64;  // elements (channels of one roi) per warp item
 constexpr unsigned kFullMask = 0xffffffffu;
 // ps_roi_align builds one list per lane: the roi's ph row lists and pw column lists, when ph + pw <= 32 and a
@@ -230,6 +234,30 @@ __device__ __forceinline__ Team team_of(int size, int lane) {
   return Team{size, lane / size, lane % size, 32 / size, team_mask(size, lane)};
 }
 
+// This warp's lists in the block's dynamic shared memory (align_warp_bytes per warp; none without use_lists): list l
+// at l * kPsRoiAlignListTaps taps, then the lists' counts. Bin row i's list is list i, bin column j's list ph + j.
+template <typename Acc, typename Index>
+struct WarpLists {
+  Tap<Acc, Index>* taps;
+  int* counts;
+  int ph;
+  __device__ Tap<Acc, Index>* list(int l) const { return taps + static_cast<std::ptrdiff_t>(l) * kPsRoiAlignListTaps; }
+  __device__ const Tap<Acc, Index>* row(int i) const { return list(i); }
+  __device__ const Tap<Acc, Index>* column(int j) const { return list(ph + j); }
+  __device__ int row_count(int i) const { return counts[i]; }
+  __device__ int column_count(int j) const { return counts[ph + j]; }
+};
+
+template <typename Acc, typename Index>
+__device__ __forceinline__ WarpLists<Acc, Index> warp_lists(unsigned char* smem, bool use_lists,
+                                                            const PsRoiAlignParams& p) {
+  const int per_warp = use_lists ? static_cast<int>(p.pooled_height + p.pooled_width) : 0;
+  unsigned char* mine = smem + (threadIdx.x / 32) * align_warp_bytes<Acc, Index>(per_warp);
+  Tap<Acc, Index>* taps = reinterpret_cast<Tap<Acc, Index>*>(mine);
+  int* counts = reinterpret_cast<int*>(taps + static_cast<std::ptrdiff_t>(per_warp) * kPsRoiAlignListTaps);
+  return WarpLists<Acc, Index>{taps, counts, static_cast<int>(p.pooled_height)};
+}
+
 // How an item of ps_roi_align runs: separable (its lists built and fitting) or per sample, and its teams: as wide
 // as the longest column list, or per sample as the grid.
 struct AlignItem {
@@ -240,11 +268,11 @@ struct AlignItem {
 template <typename Acc, typename Index>
 __device__ __forceinline__ AlignItem align_item_setup(const PsRoiAlignParams& p, const PsRoiAlignGeometry<Acc>& g,
                                                       bool use_lists, int lane, Index height, Index width,
-                                                      Tap<Acc, Index>* lists, int* counts) {
+                                                      const WarpLists<Acc, Index>& lists) {
   ListsBuilt built{false, 0};
   if (use_lists) {
     built = build_align_lists(g, lane, static_cast<int>(p.pooled_height), static_cast<int>(p.pooled_width), height,
-                              width, lists, counts);
+                              width, lists.taps, lists.counts);
   }
   const bool separable = use_lists && built.fit;
   return AlignItem{separable, team_of(team_size_for(separable ? built.max_cols : g.grid_w), lane)};
@@ -259,10 +287,7 @@ __global__ void __launch_bounds__(kThreads)
   using Acc = acc_t<T>;
   extern __shared__ __align__(16) unsigned char ps_roi_smem[];
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int lists_per_warp = use_lists ? static_cast<int>(p.pooled_height + p.pooled_width) : 0;
-  unsigned char* warp_smem = ps_roi_smem + (threadIdx.x / 32) * align_warp_bytes<Acc, Index>(lists_per_warp);
-  Tap<Acc, Index>* lists = reinterpret_cast<Tap<Acc, Index>*>(warp_smem);
-  int* counts = reinterpret_cast<int*>(lists + static_cast<std::ptrdiff_t>(lists_per_warp) * kPsRoiAlignListTaps);
+  const WarpLists<Acc, Index> lists = warp_lists<Acc, Index>(ps_roi_smem, use_lists, p);
   const Index height = static_cast<Index>(s.height), width = static_cast<Index>(s.width);
   const int ph = static_cast<int>(p.pooled_height), pw = static_cast<int>(p.pooled_width);
   for_each_warp_item(s, [&](const WarpItem& item) {
@@ -274,7 +299,7 @@ __global__ void __launch_bounds__(kThreads)
       if (item.first && lane == 0) report_first_invalid(first_invalid_roi, item.k);
       return;
     }
-    const AlignItem setup = align_item_setup(p, g, use_lists, lane, height, width, lists, counts);
+    const AlignItem setup = align_item_setup(p, g, use_lists, lane, height, width, lists);
     const bool separable = setup.separable;
     const Team team = setup.team;
     const T* image = input + g.batch * s.channels * s.height * s.width;
@@ -283,10 +308,8 @@ __global__ void __launch_bounds__(kThreads)
       const T* plane = image + static_cast<std::int64_t>(e) * s.height * s.width;
       Acc sum = 0;
       if (g.count != Acc(0)) {
-        sum = separable ? align_list_sum(plane, lists + static_cast<std::ptrdiff_t>(bin.y) * kPsRoiAlignListTaps,
-                                         counts[bin.y],
-                                         lists + static_cast<std::ptrdiff_t>(ph + bin.x) * kPsRoiAlignListTaps,
-                                         counts[ph + bin.x], team.size, team.lane)
+        sum = separable ? align_list_sum(plane, lists.row(bin.y), lists.row_count(bin.y), lists.column(bin.x),
+                                         lists.column_count(bin.x), team.size, team.lane)
                         : align_sample_sum(g, plane, height, width, bin.y, bin.x, team.size, team.lane);
       }
       sum = team_sum(sum, team.size, team.mask);
@@ -304,10 +327,7 @@ __global__ void __launch_bounds__(kThreads)
   using Acc = acc_t<T>;
   extern __shared__ __align__(16) unsigned char ps_roi_smem[];
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int lists_per_warp = use_lists ? static_cast<int>(p.pooled_height + p.pooled_width) : 0;
-  unsigned char* warp_smem = ps_roi_smem + (threadIdx.x / 32) * align_warp_bytes<Acc, Index>(lists_per_warp);
-  Tap<Acc, Index>* lists = reinterpret_cast<Tap<Acc, Index>*>(warp_smem);
-  int* counts = reinterpret_cast<int*>(lists + static_cast<std::ptrdiff_t>(lists_per_warp) * kPsRoiAlignListTaps);
+  const WarpLists<Acc, Index> lists = warp_lists<Acc, Index>(ps_roi_smem, use_lists, p);
   const Index height = static_cast<Index>(s.height), width = static_cast<Index>(s.width);
   const int ph = static_cast<int>(p.pooled_height), pw = static_cast<int>(p.pooled_width);
   for_each_warp_item(s, [&](const WarpItem& item) {
@@ -317,7 +337,7 @@ __global__ void __launch_bounds__(kThreads)
       return;
     }
     if (g.count == Acc(0)) return;  // no samples: nothing flows back
-    const AlignItem setup = align_item_setup(p, g, use_lists, lane, height, width, lists, counts);
+    const AlignItem setup = align_item_setup(p, g, use_lists, lane, height, width, lists);
     const bool separable = setup.separable;
     const Team team = setup.team;
     Acc* image = grad_input + g.batch * s.channels * s.height * s.width;
@@ -326,9 +346,8 @@ __global__ void __launch_bounds__(kThreads)
       Acc* plane = image + static_cast<std::int64_t>(e) * s.height * s.width;
       const Acc g_per_sample = to_acc<Acc>(grad_output[go.offset(item.k, bin.out_channel, bin.y, bin.x)]) / g.count;
       if (separable) {
-        align_list_scatter(plane, g_per_sample, lists + static_cast<std::ptrdiff_t>(bin.y) * kPsRoiAlignListTaps,
-                           counts[bin.y], lists + static_cast<std::ptrdiff_t>(ph + bin.x) * kPsRoiAlignListTaps,
-                           counts[ph + bin.x], team.size, team.lane);
+        align_list_scatter(plane, g_per_sample, lists.row(bin.y), lists.row_count(bin.y), lists.column(bin.x),
+                           lists.column_count(bin.x), team.size, team.lane);
       } else {
         align_sample_scatter(g, plane, g_per_sample, height, width, bin.y, bin.x, team.size, team.lane);
       }
@@ -346,27 +365,49 @@ __device__ __forceinline__ Team pool_team(const PsRoiPoolGeometry& g, const PsRo
 }
 
 // ps_roi_pool's forward stays one thread per output element (pw fastest), summing its bin row by row
-// (PsRoiPoolMath::value, the CPU's order): on the H200's R-FCN proposals (2000 rois, 490 channels, 7x7) it ran
+// (ps_roi_pool_bin_average's order, the CPU's): on the H200's R-FCN proposals (2000 rois, 490 channels, 7x7) it ran
 // 0.141 ms fp32 against 0.241 ms for the team form the backward uses (an average bin is 5 x 5 pixels: too few
-// columns for a team to amortize its shuffles and per-element setup). The warp-item launch's grid covers the
-// elements through the grid-stride loop.
-template <typename T, typename Index>
-__global__ void __launch_bounds__(kThreads)
-    ps_roi_pool_forward_kernel(PsRoiPoolParams p, PsRoiShape s, bool, const T* __restrict__ input,
+// columns for a team to amortize its shuffles and per-element setup). The kernel waits on scattered loads, so it
+// wants every warp slot of the SM: 256 threads x 8 blocks, at most 32 registers, which the default bins' kernel
+// meets without spilling once exact_bins is a template constant (exact_bins' 64-bit divisions would spill: that one
+// runs at the registers it needs). Element and in-plane indices in Index (32-bit when they fit, so splitting an
+// element into roi and bin takes no 64-bit division). Reading a bin row in aligned 16-byte packs instead spilled at
+// 32 registers and ran slower in fp32 (ncu, the same proposals: 174 us against 168 us at 40 registers).
+template <typename T, typename Index, bool kExactBins>
+__global__ void __launch_bounds__(kPoolForwardThreads, kExactBins ? 1 : kPoolForwardMinBlocks)
+    ps_roi_pool_forward_kernel(PsRoiPoolParams p, PsRoiShape s, const T* __restrict__ input,
                                const T* __restrict__ rois, T* __restrict__ output,
                                std::int32_t* __restrict__ channel_mapping,
                                unsigned long long* __restrict__ first_invalid_roi) {
   using Acc = acc_t<T>;
-  grid_stride_for<std::int64_t>(s.num_rois * s.channels, [&](std::int64_t i) {
-    const PsRoiElement e = ps_roi_element(i, s.channels, p.pooled_height, p.pooled_width);
-    channel_mapping[i] = static_cast<std::int32_t>(e.input_channel);
-    const PsRoiPoolGeometry g = PsRoiPoolMath::geometry(p, rois + e.roi * 5, s.batch);
+  p.exact_bins = kExactBins;  // a constant: the default bins' kernel holds no 64-bit division
+  const Index channels = static_cast<Index>(s.channels);
+  const std::int64_t plane = s.height * s.width;
+  const int ph = static_cast<int>(p.pooled_height), pw = static_cast<int>(p.pooled_width);
+  grid_stride_for<Index>(static_cast<Index>(s.num_rois) * channels, [&](Index i) {
+    const Index k = i / channels;
+    const int c_in = static_cast<int>(i - k * channels);
+    channel_mapping[i] = c_in;
+    const PsRoiPoolGeometry g = PsRoiPoolMath::geometry(p, rois + static_cast<std::int64_t>(k) * 5, s.batch);
     if (g.batch < 0) {
       output[i] = from_acc<T>(Acc(0));
-      return report_first_invalid(first_invalid_roi, e.roi);
+      return report_first_invalid(first_invalid_roi, k);
     }
-    const T* plane = input + (g.batch * s.channels + e.input_channel) * s.height * s.width;
-    output[i] = from_acc<T>(PsRoiPoolMath::value(p, g, e, plane, s));
+    const Bin bin = bin_of(c_in, ph, pw);
+    const PsRoiPoolBin b = ps_roi_pool_bin<Acc>(p, g, s.height, s.width, bin.y, bin.x, PsRoiPoolPass::kForward);
+    if (b.empty()) {
+      output[i] = from_acc<T>(Acc(0));
+      return;
+    }
+    const T* rows = input + (g.batch * s.channels + c_in) * plane;
+    const Index width = static_cast<Index>(s.width);
+    Acc sum = 0;
+    for (Index y = static_cast<Index>(b.rows.begin); y < static_cast<Index>(b.rows.end); ++y) {
+      for (Index x = static_cast<Index>(b.cols.begin); x < static_cast<Index>(b.cols.end); ++x) {
+        sum += to_acc<Acc>(rows[y * width + x]);
+      }
+    }
+    output[i] = from_acc<T>(sum / static_cast<Acc>(b.area()));
   });
 }
 
@@ -455,9 +496,16 @@ void launch_ps_roi_align_backward(const PsRoiAlignParams& params, const PsRoiBac
 
 void launch_ps_roi_pool_forward(const PsRoiPoolParams& params, const PsRoiForwardArgs& args, DType dtype,
                                 cudaStream_t stream) {
-  launch_items("ps_roi_pool_forward", dtype, params, args.shape, 0, stream,
-               [](auto t, auto i) { return &ps_roi_pool_forward_kernel<type_of<decltype(t)>, type_of<decltype(i)>>; },
-               args.input, args.rois, args.output, args.channel_mapping, args.first_invalid_roi);
+  const PsRoiShape& s = args.shape;
+  const bool fits = s.height * s.width < (std::int64_t{1} << 31);  // in-plane offsets (and elements: launch_index_width)
+  launch_roi_indexed("ps_roi_pool_forward", dtype, s.num_rois * s.channels, kPoolForwardThreads, fits, stream,
+                     [exact = params.exact_bins](auto t, auto i) {
+                       using T = type_of<decltype(t)>;
+                       using Index = type_of<decltype(i)>;
+                       return exact ? &ps_roi_pool_forward_kernel<T, Index, true>
+                                    : &ps_roi_pool_forward_kernel<T, Index, false>;
+                     },
+                     params, s, args.input, args.rois, args.output, args.channel_mapping, args.first_invalid_roi);
 }
 
 void launch_ps_roi_pool_backward(const PsRoiPoolParams& params, const PsRoiBackwardArgs& args, DType dtype,
@@ -474,9 +522,13 @@ const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, con
   using Index = typename decltype(i)::type;
   register_instantiation("ps_roi_align", "ps_roi_align_forward_kernel", targs, &ps_roi_align_forward_kernel<T, Index>);
   register_instantiation("ps_roi_align", "ps_roi_align_backward_kernel", targs, &ps_roi_align_backward_kernel<T, Index>);
-  register_instantiation("ps_roi_pool", "ps_roi_pool_forward_kernel", targs, &ps_roi_pool_forward_kernel<T, Index>);
+  register_instantiation("ps_roi_pool", "ps_roi_pool_forward_kernel", targs + ",false",
+                         &ps_roi_pool_forward_kernel<T, Index, false>);
+  register_instantiation("ps_roi_pool", "ps_roi_pool_forward_kernel", targs + ",true",
+                         &ps_roi_pool_forward_kernel<T, Index, true>);
   register_instantiation("ps_roi_pool", "ps_roi_pool_backward_kernel", targs, &ps_roi_pool_backward_kernel<T, Index>);
 });
+
 
 }  // namespace
 }  // namespace detops

@@ -315,15 +315,8 @@ void launch_roi_pool_nhwc_forward(const RoiPoolParams& p, const RoiPoolForwardAr
   const std::int64_t bins = p.pooled_height * p.pooled_width;
   if (s.num_rois == 0 || s.channels == 0 || bins == 0) return;
   if (bins > kRoiPoolNhwcMaxBins) throw std::invalid_argument("roi_pool: too many bins for the channels-last forward");
-  const T* input = static_cast<const T*>(args.input);
-  if (!args.input_channels_last) {
-    if (args.channels_last_workspace == nullptr) {
-      throw std::invalid_argument("roi_pool: a channels-first input needs channels_last_workspace on CUDA");
-    }
-    channels_first_to_last<T, T>(input, static_cast<T*>(args.channels_last_workspace), s.batch, s.channels,
-                                 s.height * s.width, stream);
-    input = static_cast<const T*>(args.channels_last_workspace);
-  }
+  const T* input = channels_last_map<T>("roi_pool", args.input, args.input_channels_last, args.channels_last_workspace,
+                                        s.batch, s.channels, s.height * s.width, stream);
   constexpr int L = roi_nhwc_lane_channels(sizeof(T));
   static_assert(L * sizeof(T) == 16, "a lane reads 16 bytes");
   const d::Layout lay = d::layout(s, bins, L);

@@ -42,6 +42,7 @@ struct PsRoiCaseConfig {
   RoiLayout rois = RoiLayout::kRandom;
   BatchLayout batches = BatchLayout::kSpread;
   bool noncontiguous_input = false;
+  bool misaligned_input = false;  // contiguous, one element into its buffer: not 16-byte aligned
   bool noncontiguous_rois = false;
   bool stride0_grad = false;
   bool half_accumulation = false;  // features from kit::half_accumulation_values, grad_output positive
@@ -170,6 +171,10 @@ CaseData make_case(const PsRoiCaseConfig& cfg, std::uint64_t seed) {
   d.op_forward = [p, cfg](const Tensors& in) {
     at::Tensor x = in[0], rois = in[1];
     if (cfg.noncontiguous_input) x = kit::w_major(x);
+    if (cfg.misaligned_input) {
+      at::Tensor view = at::empty({x.numel() + 1}, x.options()).narrow(0, 1, x.numel()).view(x.sizes());
+      x = view.copy_(x);
+    }
     if (cfg.noncontiguous_rois) rois = kit::row_stride_10(rois);
     auto [out, mapping] = Op::forward(x, rois, p);
     return Tensors{out, mapping};
@@ -461,6 +466,11 @@ std::vector<OpCase> ps_roi_pool_cases() {
   c = base; c.exact_bins = true; c.rois = RoiLayout::kWholeMap; c.pooled_height = c.pooled_width = 1;
   c.spatial_scale = 1.0; c.height = 24; c.width = 40; c.num_rois = 2; c.out_channels = 3;
   l.add("exact_bins_roi_covers_wide_map_1x1", c);
+  // A contiguous map one element into its buffer (not 16-byte aligned): the kernels' plane offsets from a storage
+  // offset, the default bins and the exact ones.
+  c = base; c.misaligned_input = true; c.pooled_height = c.pooled_width = 7; c.height = 30; c.width = 41;
+  c.num_rois = 12; l.add("misaligned_input_7x7", c);
+  c.exact_bins = true; l.add("exact_bins_misaligned_input_7x7", c);
   return std::move(l.cases);
 }
 
