@@ -37,8 +37,11 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-// ps_roi_pool's forward (one thread per element): a full SM (2048 threads, so at most 32 registers a thread). The
-// kernel waits on scattered loads, and with 40 registers (75% occupancy) it ran 16% behind torchvision's.
+// ps_roi_pool's forward (one thread per element): 256-thread blocks, 8 per SM (2048 threads, so at most 32
+// registers a thread; the 32-bit-index kernels need no more, the 64-bit-index ones are held to it). The kernel waits
+// on scattered loads: at 40 registers (75% occupancy) it ran 16% behind torchvision's on RPN proposals (ncu), at 32
+// it is level there, but 11% slower than at 40 on larger boxes (rfcn_1000), where fewer resident threads keep more
+// of each bin row in L1 (docs/ops/ps_roi.md, Execution).
 constexpr int kPoolForwardThreads = 256;
 constexpr int kPoolForwardMinBlocks = 8;
 constexpr std::int64_t kChunk = 64;  // elements (channels of one roi) per warp item
@@ -369,8 +372,8 @@ __device__ __forceinline__ Team pool_team(const PsRoiPoolGeometry& g, const PsRo
 // 0.141 ms fp32 against 0.241 ms for the team form the backward uses (an average bin is 5 x 5 pixels: too few
 // columns for a team to amortize its shuffles and per-element setup). The kernel waits on scattered loads, so it
 // wants every warp slot of the SM: 256 threads x 8 blocks, at most 32 registers, which the default bins' kernel
-// meets without spilling once exact_bins is a template constant (exact_bins' 64-bit divisions would spill: that one
-// runs at the registers it needs). Element and in-plane indices in Index (32-bit when they fit, so splitting an
+// meets without spilling (fp64 with 64-bit indices spills a few bytes) once exact_bins is a template constant
+// (exact_bins' 64-bit divisions would spill: that one runs at the registers it needs). Element and in-plane indices in Index (32-bit when they fit, so splitting an
 // element into roi and bin takes no 64-bit division). Reading a bin row in aligned 16-byte packs instead spilled at
 // 32 registers and ran slower in fp32 (ncu, the same proposals: 174 us against 168 us at 40 registers).
 template <typename T, typename Index, bool kExactBins>
@@ -528,7 +531,6 @@ const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, con
                          &ps_roi_pool_forward_kernel<T, Index, true>);
   register_instantiation("ps_roi_pool", "ps_roi_pool_backward_kernel", targs, &ps_roi_pool_backward_kernel<T, Index>);
 });
-
 
 }  // namespace
 }  // namespace detops
