@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Runs a GoogleTest suite (the correctness suite) in N processes at once and merges what they wrote.
+
+  scripts/shard_suite.py --binary build/ci/suites/detops_correctness --shards 4 --filter '*.cuda' \
+      --out correctness.json [--outputs DIR] [-- extra gtest arguments]
+
+Process i runs with GTEST_TOTAL_SHARDS=N and GTEST_SHARD_INDEX=i (GoogleTest splits the selected tests
+between them), writes its own GoogleTest JSON and, with --outputs, its own output dumps
+(DETOPS_SAVE_OUTPUTS=DIR/shard-i). When all have ended: the JSON files are merged into --out (one
+"testsuites" list, counts recomputed) and the dumps into DIR (files moved, index.json the union).
+A progress line every 30 s gives the tests finished (from the processes' DETOPS_PROGRESS lines) and an
+estimate of the time left.
+
+A shard that fails or crashes is reported with its exit status and the tail of its log
+(--out's folder/shard-i.log), and the other shards' results are kept: --out then has every test that a
+shard reported, and the merged file says which shards did not finish ("detops_shards").
+
+Exit 0: every shard passed (or skipped everything). 1: a test failed or a shard crashed or wrote no JSON.
+2: usage errors (no binary, bad shard count).
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+PROGRESS = re.compile(r"\[correctness (\d+)/(\d+)\]")  # correctness_main.cpp's DETOPS_PROGRESS lines
+
+
+def merge_gtest(parts):
+    """The union of GoogleTest JSON reports, with counts recomputed."""
+    top = None
+    suites = {}
+    order = []
+    for d in parts:
+        if top is None:
+            top = {k: v for k, v in d.items() if k != "testsuites"}
+        for s in d.get("testsuites", []):
+            if s["name"] not in suites:
+                suites[s["name"]] = dict(s, testsuite=[])
+                order.append(s["name"])
+            suites[s["name"]]["testsuite"].extend(s.get("testsuite", []))
+    top = top or {"name": "AllTests"}
+    out_suites = []
+    for name in order:
+        s = suites[name]
+        tests = s["testsuite"]
+        s["tests"] = len(tests)
+        s["failures"] = sum(1 for t in tests if t.get("failures"))
+        s["disabled"] = sum(1 for t in tests if t.get("result") == "SUPPRESSED")
+        s["errors"] = 0
+        out_suites.append(s)
+    top["testsuites"] = out_suites
+    top["tests"] = sum(s["tests"] for s in out_suites)
+    top["failures"] = sum(s["failures"] for s in out_suites)
+    top["disabled"] = sum(s["disabled"] for s in out_suites)
+    top["errors"] = 0
+    return top
+
+
+def merge_outputs(shard_dirs, dest):
+    """Moves each shard's dump files into dest and writes the union of their index.json."""
+    index = {}
+    dest.mkdir(parents=True, exist_ok=True)
+    for d in shard_dirs:
+        idx_path = d / "index.json"
+        if not idx_path.is_file():
+            continue
+        part = json.loads(idx_path.read_text())
+        for name, entry in part.items():
+            src = d / entry["file"]
+            if src.is_file():
+                os.replace(src, dest / entry["file"])
+                index[name] = entry
+        shutil.rmtree(d, ignore_errors=True)
+    if index:
+        tmp = dest / "index.json.tmp"
+        tmp.write_text(json.dumps(index, indent=1) + "\n")
+        os.replace(tmp, dest / "index.json")
+    return len(index)
+
+
+def fmt_s(s):
+    s = int(s)
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--binary", required=True, help="the GoogleTest executable")
+    ap.add_argument("--shards", type=int, default=4, help="processes (default 4)")
+    ap.add_argument("--filter", default="*", help="--gtest_filter (default '*')")
+    ap.add_argument("--out", required=True, help="merged GoogleTest JSON")
+    ap.add_argument("--outputs", help="save and merge output dumps (DETOPS_SAVE_OUTPUTS) into this folder")
+    ap.add_argument("--interval", type=float, default=30.0, help="seconds between progress lines")
+    ap.add_argument("extra", nargs="*", help="more gtest arguments (after --)")
+    args = ap.parse_args(argv)
+    binary = pathlib.Path(args.binary)
+    if not os.access(binary, os.X_OK):
+        print(f"shard_suite: --binary {binary}: not an executable file", file=sys.stderr)
+        return 2
+    if not 1 <= args.shards <= 256:
+        print(f"shard_suite: --shards {args.shards}: expected 1..256", file=sys.stderr)
+        return 2
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    outputs = pathlib.Path(args.outputs) if args.outputs else None
+
+    procs = []
+    for i in range(args.shards):
+        env = dict(os.environ, GTEST_TOTAL_SHARDS=str(args.shards), GTEST_SHARD_INDEX=str(i), DETOPS_PROGRESS="1")
+        if outputs is not None:
+            env["DETOPS_SAVE_OUTPUTS"] = str(outputs / f"shard-{i}")
+        part = out.parent / f"{out.stem}.shard-{i}.json"
+        if part.exists():
+            part.unlink()
+        log = out.parent / f"shard-{i}.log"
+        f = open(log, "w")
+        cmd = [str(binary), f"--gtest_filter={args.filter}", "--gtest_brief=1", f"--gtest_output=json:{part}", *args.extra]
+        procs.append({"i": i, "proc": subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT),
+                      "log": log, "file": f, "part": part})
+
+    start = time.time()
+    last = start
+    while any(p["proc"].poll() is None for p in procs):
+        time.sleep(1.0)
+        now = time.time()
+        if now - last >= args.interval:
+            last = now
+            done = total = 0
+            for p in procs:
+                m = None
+                try:
+                    with open(p["log"], "rb") as lf:
+                        lf.seek(max(0, os.path.getsize(p["log"]) - 4096))
+                        for m in PROGRESS.finditer(lf.read().decode(errors="replace")):
+                            pass
+                except OSError:
+                    pass
+                if m:
+                    done += int(m.group(1))
+                    total += int(m.group(2))
+            running = sum(1 for p in procs if p["proc"].poll() is None)
+            if total and done:
+                eta = (now - start) * (total - done) / done
+                print(f"[shard_suite] {fmt_s(now - start)}: {done}/{total} tests, {running} of {args.shards} "
+                      f"processes running, about {fmt_s(eta)} left", flush=True)
+            else:
+                print(f"[shard_suite] {fmt_s(now - start)}: {running} of {args.shards} processes running", flush=True)
+
+    status = 0
+    parts = []
+    broken = []
+    for p in procs:
+        p["file"].close()
+        rc = p["proc"].returncode
+        ok = rc in (0, 77)  # 77: every selected test skipped
+        if p["part"].is_file():
+            try:
+                parts.append(json.loads(p["part"].read_text()))
+                p["part"].unlink()
+            except (OSError, ValueError) as e:
+                ok = False
+                rc = f"{rc} (unreadable JSON: {e})"
+        else:
+            ok = False
+            rc = f"{rc} (no JSON written)"
+        if not ok:
+            status = 1
+            broken.append({"shard": p["i"], "exit": str(rc), "log": str(p["log"])})
+            tail = p["log"].read_text(errors="replace").splitlines()[-15:]
+            print(f"[shard_suite] shard {p['i']} failed (exit {rc}); last lines of {p['log']}:", file=sys.stderr)
+            for line in tail:
+                print("    " + line, file=sys.stderr)
+    merged = merge_gtest(parts)
+    merged["detops_shards"] = {"shards": args.shards, "failed_or_crashed": broken}
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(merged, indent=1))
+    os.replace(tmp, out)
+    saved = merge_outputs([outputs / f"shard-{i}" for i in range(args.shards)], outputs) if outputs else 0
+    skipped = sum(1 for s in merged["testsuites"] for t in s["testsuite"] if t.get("result") == "SKIPPED")
+    print(f"[shard_suite] {merged['tests']} tests: {merged['tests'] - merged['failures'] - skipped} passed, "
+          f"{merged['failures']} failed, {skipped} skipped; {len(broken)} of {args.shards} shards failed or crashed; "
+          f"{fmt_s(time.time() - start)}" + (f"; {saved} outputs saved in {outputs}" if outputs else ""))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

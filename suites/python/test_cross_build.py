@@ -1,0 +1,150 @@
+"""The pieces of scripts/cross_build.sh that run without a GPU: the sharded suite runner's merge
+(scripts/shard_suite.py) and the build facts (scripts/build_facts.py) from real nvcc/ptxas output."""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import build_facts  # noqa: E402
+
+BIN = os.environ.get("DETOPS_CORRECTNESS_BIN")
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+pytestmark = pytest.mark.no_detops_library
+
+FILTER = "roi_pool.forward.*.cpu:nms.forward.*.cpu:nms.bad_input.*.cpu"
+
+
+def gtest_names(report):
+    return sorted(f"{s['name']}.{t['name']}" for s in report["testsuites"] for t in s["testsuite"])
+
+
+@pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
+def test_shards_merge_to_the_unsharded_run(tmp_path):
+    whole = tmp_path / "whole.json"
+    env = dict(os.environ, DETOPS_SAVE_OUTPUTS=str(tmp_path / "whole_out"), DETOPS_SAVE_OUTPUTS_MAX_ELEMENTS="64")
+    subprocess.run([BIN, f"--gtest_filter={FILTER}", "--gtest_brief=1", f"--gtest_output=json:{whole}"],
+                   env=env, check=True, capture_output=True)
+    env = dict(os.environ, DETOPS_SAVE_OUTPUTS_MAX_ELEMENTS="64")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", BIN, "--shards", "3",
+                        "--filter", FILTER, "--out", str(tmp_path / "merged.json"), "--outputs", str(tmp_path / "out")],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    a = json.loads(whole.read_text())
+    b = json.loads((tmp_path / "merged.json").read_text())
+    assert gtest_names(b) == gtest_names(a) and b["tests"] == a["tests"] > 100
+    assert b["failures"] == 0 and b["detops_shards"] == {"shards": 3, "failed_or_crashed": []}
+    assert "detops_device_facts" in b, "the top-level properties (device facts) survive the merge"
+    ia = json.loads((tmp_path / "whole_out" / "index.json").read_text())
+    ib = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert set(ia) == set(ib) and len(ib) > 50
+    for name, e in ib.items():  # every dump moved next to the merged index, byte for byte the unsharded one
+        assert (tmp_path / "out" / e["file"]).read_bytes() == (tmp_path / "whole_out" / ia[name]["file"]).read_bytes()
+    assert not any(p.name.startswith("shard-") and p.is_dir() for p in (tmp_path / "out").iterdir())
+    assert f"{a['tests']} tests:" in r.stdout
+
+
+@pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
+def test_a_crashing_shard_is_reported_and_the_others_kept(tmp_path):
+    # A wrapper that kills shard 1 as soon as it starts; shards 0 and 2 run the real suite.
+    wrapper = tmp_path / "wrap.sh"
+    wrapper.write_text(f'#!/bin/sh\n[ "$GTEST_SHARD_INDEX" = 1 ] && kill -SEGV $$\nexec "{BIN}" "$@"\n')
+    wrapper.chmod(0o755)
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", str(wrapper), "--shards", "3",
+                        "--filter", FILTER, "--out", str(tmp_path / "merged.json")], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "shard 1 failed" in r.stderr
+    b = json.loads((tmp_path / "merged.json").read_text())
+    assert [x["shard"] for x in b["detops_shards"]["failed_or_crashed"]] == [1]
+    assert b["tests"] > 50, "shards 0 and 2 kept their results"
+
+
+def test_shard_suite_refuses_a_missing_binary(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", str(tmp_path / "nope"),
+                        "--out", str(tmp_path / "o.json")], capture_output=True, text=True)
+    assert r.returncode == 2 and "not an executable file" in r.stderr
+
+
+KERNELS = r"""
+__global__ void small(float* x) { x[threadIdx.x] += 1.f; }
+// Enough live values that ptxas must spill under a 32-register cap.
+__global__ void __launch_bounds__(1024, 2) heavy(const float* in, float* out) {
+  float v[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) v[i] = in[threadIdx.x * 64 + i];
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) s += v[i] * v[63 - i] + v[(i * 7) % 64];
+  out[threadIdx.x] = s;
+}
+__global__ void shared(float* x) { __shared__ float t[256]; t[threadIdx.x] = x[threadIdx.x]; __syncthreads(); x[threadIdx.x] = t[255 - threadIdx.x]; }
+"""
+
+
+@pytest.mark.skipif(not NVCC, reason="no nvcc on PATH to produce real ptxas output")
+def test_ptxas_report_is_parsed_per_kernel(tmp_path):
+    cu = tmp_path / "k.cu"
+    cu.write_text(KERNELS)
+    r = subprocess.run([NVCC, "-c", "-arch=sm_90", "-Xptxas=-v", "-maxrregcount=32", str(cu), "-o", str(tmp_path / "k.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    k = build_facts.parse_ptxas_log(r.stdout + r.stderr)
+    names = {name: v for (name, arch), v in k.items() if arch == "sm_90"}
+    assert set(names) == {"_Z5smallPf", "_Z5heavyPKfPf", "_Z6sharedPf"}
+    assert names["_Z6sharedPf"]["smem_bytes"] == 1024
+    assert names["_Z5smallPf"]["spill_stores"] == 0 and names["_Z5smallPf"]["smem_bytes"] == 0
+    assert names["_Z5heavyPKfPf"]["registers"] <= 32
+    assert names["_Z5heavyPKfPf"]["spill_stores"] > 0 and names["_Z5heavyPKfPf"]["stack_bytes"] > 0
+    # The log is appended to by rebuilds: the last report of a kernel wins.
+    rebuilt = ("ptxas info    : Compiling entry function '_Z5smallPf' for 'sm_90'\n"
+               "ptxas info    : Function properties for _Z5smallPf\n"
+               "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+               "ptxas info    : Used 99 registers, used 0 barriers\n")
+    again = build_facts.parse_ptxas_log(r.stdout + r.stderr + rebuilt)
+    assert again[("_Z5smallPf", "sm_90")]["registers"] == 99
+    assert again[("_Z6sharedPf", "sm_90")] == k[("_Z6sharedPf", "sm_90")]
+
+
+def facts(label, kernels, archs="90"):
+    return {"label": label, "nvcc_version": "13.0.88", "ptxas_version": "13.0.88", "toolkit_note": "t",
+            "cuda_architectures": archs, "gencode": ["arch=compute_90,code=[sm_90]"], "sass_digest_note": "d",
+            "sass_architectures": ["90"] if archs == "90" else [], "kernels": kernels}
+
+
+def test_diff_counts_identical_sass_and_register_changes(tmp_path, capsys):
+    k = lambda n, r, sp, d: {"name": n, "arch": "sm_90", "demangled": n, "registers": r, "spill_stores": sp,
+                             "spill_loads": sp, "stack_bytes": sp, "smem_bytes": 0, "sass_sha256_16": d}
+    a = facts("a", [k("k1", 32, 0, "x"), k("k2", 40, 0, "y"), k("k3", 64, 0, "z")])
+    b = facts("b", [k("k1", 32, 0, "x"), k("k2", 48, 0, "w"), k("k3", 64, 8, "v"), k("k4", 10, 0, "q")])
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    assert build_facts.main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "Kernel images in both builds: 3 (only in a: 0, only in b: 1). Identical SASS: 1 of 3" in out
+    assert "Registers changed in 1 (1 more, 0 fewer); kernels that spill: 0 -> 1." in out
+    rows = [line for line in out.splitlines() if line.startswith("| `")]
+    assert rows[0].startswith("| `k3`") and "0 -> 8" in rows[0], "spill changes are listed first"
+    assert rows[1].startswith("| `k2`") and "40 -> 48" in rows[1]
+
+
+def doctor_json(path, verdict, status):
+    path.write_text(json.dumps({"exit": 0, "findings": [
+        {"section": "Library x.so", "check": "on sm_90", "status": status, "found": f"{verdict}: detail", "action": ""}]}))
+
+
+@pytest.mark.parametrize("archs,verdict,status,ok", [
+    ("90", "native SASS", "ok", True),
+    ("90", "compatible SASS", "ok", False),       # built SASS that this GPU would not run as built
+    ("90", "JIT from PTX", "warn", False),
+    ("80-virtual", "JIT from PTX", "warn", True),  # a PTX-only build is meant to be JIT-compiled
+    ("80-virtual", "none", "fail", False),
+])
+def test_check_image(tmp_path, archs, verdict, status, ok):
+    doctor_json(tmp_path / "d.json", verdict, status)
+    (tmp_path / "f.json").write_text(json.dumps(facts("x", [], archs)))
+    assert (build_facts.main(["check-image", str(tmp_path / "d.json"), str(tmp_path / "f.json")]) == 0) == ok
