@@ -12,9 +12,10 @@
   build_facts.py finish RUN_DIR --facts FACTS.json --library LIB
       writes RUN_DIR/build-facts.json: FACTS plus a digest of each kernel's SASS (cuobjdump -sass; none for a
       PTX-only build, whose SASS the driver makes at load), and points RUN_DIR/record.json at RUN_DIR/outputs.
-  build_facts.py diff BASE.json CAND.json
+  build_facts.py diff BASE.json CAND.json [--base-correctness B.json --cand-correctness C.json]
       markdown: the two builds' facts side by side, how many kernels have identical SASS, and the kernels
-      whose registers, spills or shared memory changed.
+      whose registers, spills or shared memory changed; with the correctness reports, also each registered
+      kernel as the CUDA runtime loaded it (registers, local memory, SASS or JIT), which covers PTX builds.
 """
 import argparse
 import hashlib
@@ -253,14 +254,21 @@ def diff(args):
         va, vb = a.get(key), b.get(key)
         fmt = lambda v: (" ".join(v) if isinstance(v, list) else str(v)).replace("\n", "; ").replace("|", "/")
         out.append(f"| {title} | {fmt(va)} | {fmt(vb)} |")
+    runtime = []
+    if args.base_correctness and args.cand_correctness:
+        ra, rb = runtime_kernels(args.base_correctness), runtime_kernels(args.cand_correctness)
+        if ra and rb:
+            runtime = diff_runtime(a["label"], b["label"], ra, rb, args.limit)
+        else:
+            runtime = ["", "(no device facts with kernels in the correctness reports)"]
     ka = {(k["name"], k["arch"]): k for k in a.get("kernels", [])}
     kb = {(k["name"], k["arch"]): k for k in b.get("kernels", [])}
     common = sorted(set(ka) & set(kb))
     out.append("")
     if not common:
         notes = [n for n in (a.get("kernels_note"), b.get("kernels_note")) if n]
-        out.append("No kernel image is in both builds' facts" + (f" ({'; '.join(notes)})" if notes else "") + ".")
-        print("\n".join(out))
+        out.append("No kernel image is in both builds' ptxas facts" + (f" ({'; '.join(notes)})" if notes else "") + ".")
+        print("\n".join(out + runtime))
         return 0
     same_sass = sum(1 for k in common if ka[k].get("sass_sha256_16") and ka[k].get("sass_sha256_16") == kb[k].get("sass_sha256_16"))
     with_sass = sum(1 for k in common if ka[k].get("sass_sha256_16") and kb[k].get("sass_sha256_16"))
@@ -290,8 +298,47 @@ def diff(args):
                        f"{cell('stack_bytes')} | {cell('smem_bytes')} |")
         if len(changed) > args.limit:
             out.append(f"| ... {len(changed) - args.limit} more (build-facts.json) | | | | | |")
-    print("\n".join(out))
+    print("\n".join(out + runtime))
     return 0
+
+
+def runtime_kernels(correctness_path):
+    """{(op, kernel): entry} from the device facts a correctness run recorded (the CUDA runtime's view of each
+    registered kernel: registers and local memory as loaded, also for JIT-compiled PTX), or None."""
+    try:
+        report = json.loads(pathlib.Path(correctness_path).read_text())
+        facts = report.get("detops_device_facts")
+        facts = json.loads(facts) if isinstance(facts, str) else facts
+        return {(k["op"], k["kernel"]): k for k in facts["kernels"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def diff_runtime(a_label, b_label, ka, kb, limit):
+    out = ["", "### Kernels as loaded (CUDA runtime: cudaFuncGetAttributes)", ""]
+    common = sorted(set(ka) & set(kb))
+    src = lambda ks: ", ".join(f"{n} {s}" for s, n in sorted(
+        __import__("collections").Counter(k.get("runs_from") for k in ks.values()).items()))
+    changed = [k for k in common if (ka[k].get("registers"), ka[k].get("local_bytes")) !=
+               (kb[k].get("registers"), kb[k].get("local_bytes"))]
+    up = sum(1 for k in changed if kb[k].get("registers", 0) > ka[k].get("registers", 0))
+    down = sum(1 for k in changed if kb[k].get("registers", 0) < ka[k].get("registers", 0))
+    local_a = sum(1 for k in common if ka[k].get("local_bytes"))
+    local_b = sum(1 for k in common if kb[k].get("local_bytes"))
+    out.append(f"Registered kernels in both: {len(common)}; {a_label} runs {src(ka)}, {b_label} runs {src(kb)}. "
+               f"Registers differ in {up + down} ({up} more, {down} fewer); kernels with local memory (spills or "
+               f"stack): {local_a} -> {local_b}.")
+    if changed:
+        out += ["", "| op | kernel | registers | local bytes |", "|---|---|---|---|"]
+        changed.sort(key=lambda k: (-abs(kb[k].get("local_bytes", 0) - ka[k].get("local_bytes", 0)),
+                                    -abs(kb[k].get("registers", 0) - ka[k].get("registers", 0))))
+        for k in changed[:limit]:
+            x, y = ka[k], kb[k]
+            cell = lambda f: f"{x.get(f)} -> {y.get(f)}" if x.get(f) != y.get(f) else str(x.get(f))
+            out.append(f"| {k[0]} | `{short(k[1])}` | {cell('registers')} | {cell('local_bytes')} |")
+        if len(changed) > limit:
+            out.append(f"| ... {len(changed) - limit} more | | | |")
+    return out
 
 
 def main(argv=None):
@@ -312,6 +359,8 @@ def main(argv=None):
     p.add_argument("base")
     p.add_argument("cand")
     p.add_argument("--limit", type=int, default=25)
+    p.add_argument("--base-correctness", help="the baseline's correctness report (its device facts list each kernel as loaded)")
+    p.add_argument("--cand-correctness", help="the candidate's correctness report")
     args = ap.parse_args(argv)
     return {"collect": collect, "check-image": check_image, "finish": finish, "diff": diff}[args.cmd](args)
 

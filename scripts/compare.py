@@ -17,11 +17,14 @@ Standard library and numpy only.
 import argparse
 import collections
 import fnmatch
+import gzip
 import json
+import lzma
 import math
 import pathlib
 import re
 import sys
+import zlib
 from fractions import Fraction
 
 import numpy as np
@@ -146,10 +149,24 @@ def mann_whitney_u(x, y, method="auto"):
 # Records
 
 
+def read_record_text(path):
+    """The text of a record file: plain JSON, or gzip- or xz-compressed JSON (told by its first bytes, not its
+    name: committed records are stored as .json.gz to keep the repository small)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        elif data[:6] == b"\xfd7zXZ\x00":
+            data = lzma.decompress(data)
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:
+        raise RecordError(f"{path}: compressed record cannot be decompressed (truncated or corrupt): {e}") from None
+    return data.decode("utf-8")
+
+
 def load_record(path):
     try:
-        with open(path) as f:
-            rec = json.load(f)
+        rec = json.loads(read_record_text(path))
     except OSError as e:
         raise RecordError(f"cannot read {path}: {e.strerror}") from None
     except json.JSONDecodeError as e:
@@ -778,7 +795,8 @@ def compare_records(path_b, path_c, thresholds_path=None, cross_build=False):
 
 def _public(p):
     return {k: p[k] for k in ("run_id", "gpu_name", "driver_version", "cuda_runtime_version", "nvcc_version",
-                              "libtorch_version", "git_sha", "git_dirty", "timer", "complete", "date")}
+                              "cuda_archs", "sass_archs", "libtorch_version", "git_sha", "git_dirty", "timer",
+                              "complete", "date")}
 
 
 def fmt_ms(v):
@@ -815,6 +833,9 @@ def render_markdown(result, max_listed=25):
     out.append(f"- candidate: {result['candidate']['label']}")
     if result["cross_build"]:
         out.append(f"- cross-build: {result['baseline']['build']} vs {result['candidate']['build']}")
+        code = lambda side: (f"nvcc {side.get('nvcc_version') or '?'}, CUDA architectures {side.get('cuda_archs') or '?'}"
+                             f" (SASS: {side.get('sass_archs') or 'none'})")
+        out.append(f"- compiled by: {code(result['baseline'])} vs {code(result['candidate'])}")
     rule = result["rule"]
     out.append(f"- rule: per-repetition medians; SLOWER/FASTER when ratio >= {rule['threshold']} (or its inverse"
                f"{', or per-benchmark thresholds' if rule['thresholds_file'] else ''}), Mann-Whitney p < {rule['alpha']} and "

@@ -130,12 +130,27 @@ _detops_pick_cxx_for() {
 }
 
 xb_pack() {
-  local label=$1 out=$2 bdir="$XB_ROOT/$1"
+  local label=$1 out=$2 bdir="$XB_ROOT/$1" lib path
   [ -f "$bdir/ops/libdetops_torch.so" ] || detops_die "pack: ${bdir#$DETOPS_ROOT/} has no built library (run: scripts/cross_build.sh build $label ...)"
+  # Libraries the binaries need beyond torch's, the CUDA toolkit's and the C/C++ runtime (Debian's Google
+  # Benchmark is libbenchmark.so.1debian; another distribution has another soname): bundled in lib/.
+  rm -rf "$bdir/lib"
+  mkdir -p "$bdir/lib"
+  for path in $(ldd "$bdir/ops/libdetops_torch.so" "$bdir/suites/detops_correctness" "$bdir/suites/detops_bench" \
+                  "$bdir/suites/detops_unit_tests" 2>/dev/null | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p' | sort -u); do
+    lib=$(basename "$path")
+    case $path in
+      "$bdir"/*|*/torch/lib/*|*/cuda*/*|*/toolkits/*) continue ;;
+    esac
+    case $lib in
+      libc.so*|libm.so*|libstdc++.so*|libgcc_s.so*|ld-linux*|libpthread.so*|libdl.so*|librt.so*|libutil.so*) continue ;;
+    esac
+    cp -L "$path" "$bdir/lib/$lib"
+  done
   tar -C "$DETOPS_ROOT" -cJf "$out" "build/xb/$label/ops/libdetops_torch.so" "build/xb/$label/suites/detops_correctness" \
     "build/xb/$label/suites/detops_bench" "build/xb/$label/suites/detops_unit_tests" "build/xb/$label/build-facts.json" \
-    "build/xb/$label/build.log" "build/xb/$label/configure.log"
-  detops_log "pack $label: $out ($(du -h "$out" | cut -f1))"
+    "build/xb/$label/build.log" "build/xb/$label/configure.log" "build/xb/$label/lib"
+  detops_log "pack $label: $out ($(du -h "$out" | cut -f1)); bundled: $(ls "$bdir/lib" | tr '\n' ' ')"
 }
 
 xb_unpack() {
@@ -151,6 +166,7 @@ xb_library_path() {
   torch_lib=$("$DETOPS_PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
   sys=$(xb_system_root)
   local p="$bdir/ops:$torch_lib:$sys/lib64:$sys/lib"
+  [ -d "$bdir/lib" ] && p="$bdir/lib:$p"  # libraries bundled by pack
   [ -d "$sys/extras/CUPTI/lib64" ] && p="$p:$sys/extras/CUPTI/lib64"
   echo "$p${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
@@ -218,6 +234,7 @@ xb_compare() {
   "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/compare.py" "$dir/$base/record.json" "$dir/$cand/record.json" --cross-build \
     --json-out "$dir/compare.json" >"$dir/compare.md" || crc=$?
   "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/build_facts.py" diff "$dir/$base/build-facts.json" "$dir/$cand/build-facts.json" \
+    --base-correctness "$dir/$base/correctness.json" --cand-correctness "$dir/$cand/correctness.json" \
     >>"$dir/compare.md" || crc=$((crc ? crc : 2))
   cat "$dir/compare.md"
   # compare.py exits 1 for a confirmed slowdown or a correctness change: between builds only the latter fails.

@@ -132,7 +132,9 @@ fi
 
 detops_log "[4/5] comparison with the baseline"
 key=$("$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/baseline_key.py" "$out/record.json")
+# The stored baseline: record.json, or record.json.gz as committed (compare.py reads either).
 baseline="${DETOPS_BASELINE:-$DETOPS_ROOT/results/baselines/$key/record.json}"
+if [ -z "${DETOPS_BASELINE:-}" ] && [ ! -f "$baseline" ] && [ -f "$baseline.gz" ]; then baseline="$baseline.gz"; fi
 report_args=()
 if [ -f "$baseline" ]; then
   set +e
@@ -144,7 +146,7 @@ if [ -f "$baseline" ]; then
   [ $rc -ne 0 ] && status=1
   report_args=(--baseline "$baseline")
 else
-  detops_log "no baseline for $key (results/baselines/$key/record.json): nothing to compare; to make this run the baseline: mkdir -p results/baselines/$key && cp ${out#$DETOPS_ROOT/}/record.json results/baselines/$key/"
+  detops_log "no baseline for $key (results/baselines/$key/record.json): nothing to compare; to make this run the baseline: mkdir -p results/baselines/$key && gzip -9 -c ${out#$DETOPS_ROOT/}/record.json > results/baselines/$key/record.json.gz"
 fi
 
 detops_log "[5/5] report"

@@ -385,6 +385,7 @@ def test_different_toolkit_needs_cross_build(tmp_path, capsys):
     assert "CUDA 13.0 / driver 580.65.06 / torch 2.11.0 vs CUDA 13.1 / driver 590.10 / torch 2.12.0" in out
     assert res["baseline"]["build"] == "CUDA 13.0 / driver 580.65.06 / torch 2.11.0"
     assert res["candidate"]["build"] == "CUDA 13.1 / driver 590.10 / torch 2.12.0"
+    assert "- compiled by: nvcc " in out and " vs nvcc " in out
     # No dumps in either record: said plainly.
     assert "output dumps missing: baseline: the record names no output dumps" in out
     assert "output dumps missing: candidate" in out
@@ -518,6 +519,31 @@ def test_unreadable_inputs_exit_2(tmp_path, capsys):
     assert compare.main([str(good), str(tmp_path / "list.json")]) == compare.EXIT_USAGE
     err = capsys.readouterr().err
     assert "cannot read" in err and "is not JSON" in err and "not a benchmark record" in err
+
+
+def test_compressed_records_read_as_plain_ones(tmp_path):
+    # Committed records are stored gzip-compressed (record.json.gz); xz works too. Told by content, not name.
+    import gzip
+    import lzma
+    b, c = write_pair(tmp_path, sr.make_record(BENCH, seed=1), sr.make_record(BENCH, seed=2, scale={"*": 1.2}))
+    plain = compare.compare_records(b, c)
+    gz = tmp_path / "b.record.json.gz"
+    gz.write_bytes(gzip.compress(b.read_bytes()))
+    xz = tmp_path / "c.bin"
+    xz.write_bytes(lzma.compress(c.read_bytes()))
+    packed = compare.compare_records(gz, xz)
+    assert verdicts(packed) == verdicts(plain) == {k: "SLOWER" for k in verdicts(plain)}
+    assert packed["exit_code"] == plain["exit_code"] == compare.EXIT_REGRESSION
+
+
+def test_truncated_compressed_record_is_one_clear_line(tmp_path, capsys):
+    import gzip
+    b, _ = write_pair(tmp_path, sr.make_record(BENCH, seed=1), sr.make_record(BENCH, seed=2))
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(b.read_bytes())[:2000])
+    assert compare.main([str(b), str(cut)]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert str(cut) in err and "cannot be decompressed (truncated or corrupt)" in err and "Traceback" not in err
 
 
 def test_command_line_exit_codes(tmp_path):
