@@ -149,19 +149,34 @@ def mann_whitney_u(x, y, method="auto"):
 # Records
 
 
+MAX_DECOMPRESSED_BYTES = 1 << 30  # a full record is ~40 MB uncompressed
+
+
 def read_record_text(path):
     """The text of a record file: plain JSON, or gzip- or xz-compressed JSON (told by its first bytes, not its
     name: committed records are stored as .json.gz to keep the repository small)."""
     with open(path, "rb") as f:
-        data = f.read()
-    try:
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        elif data[:6] == b"\xfd7zXZ\x00":
-            data = lzma.decompress(data)
-    except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:
-        raise RecordError(f"{path}: compressed record cannot be decompressed (truncated or corrupt): {e}") from None
-    return data.decode("utf-8")
+        head = f.read(6)
+        f.seek(0)
+        opener = gzip.GzipFile if head[:2] == b"\x1f\x8b" else lzma.LZMAFile if head == b"\xfd7zXZ\x00" else None
+        if opener is None:
+            return f.read().decode("utf-8")
+        # Decompressed in chunks, up to a bound: a small corrupt or hostile file must not exhaust memory.
+        chunks, size = [], 0
+        try:
+            with opener(fileobj=f) if opener is gzip.GzipFile else opener(f) as z:
+                while True:
+                    chunk = z.read(1 << 20)
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > MAX_DECOMPRESSED_BYTES:
+                        raise RecordError(f"{path}: decompresses to more than {MAX_DECOMPRESSED_BYTES >> 20} MiB; "
+                                          "expected a run record (tens of MB)")
+                    chunks.append(chunk)
+        except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:
+            raise RecordError(f"{path}: compressed record cannot be decompressed (truncated or corrupt): {e}") from None
+    return b"".join(chunks).decode("utf-8")
 
 
 def load_record(path):

@@ -21,7 +21,8 @@
 #   scripts/cross_build.sh measure LABEL DIR [same options] [--suite-only | --bench-only]
 #       one build's side, into DIR/LABEL: checks its GPU code against this GPU (a build with SASS must carry
 #       SASS for it; a PTX-only build must be JIT-compiled, and is said to be), runs the CUDA correctness suite
-#       (N processes, default 4, outputs saved) and the benchmarks (all, or REGEX), and writes record.json,
+#       (N processes, default 4, outputs saved; the large-index cases, tens of GB each, afterwards in one
+#       process) and the benchmarks (all, or REGEX), and writes record.json,
 #       correctness.json, outputs/ and build-facts.json (with each kernel's SASS digest from cuobjdump).
 #   scripts/cross_build.sh compare DIR BASE CAND
 #       compare.py --cross-build on DIR/BASE and DIR/CAND (speed and output movement) and the build facts'
@@ -207,7 +208,7 @@ xb_measure() {
     # whole suite's dumps near 20 MB.
     LD_LIBRARY_PATH="$libpath" PYTHONUNBUFFERED=1 DETOPS_SAVE_OUTPUTS_MAX_ELEMENTS="${DETOPS_SAVE_OUTPUTS_MAX_ELEMENTS:-1024}" \
       "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/shard_suite.py" \
-      --binary "$bdir/suites/detops_correctness" --filter "$suite_filter" --shards "$shards" \
+      --binary "$bdir/suites/detops_correctness" --filter "$suite_filter" --shards "$shards" --serial '*large_*' \
       --out "$out/correctness.json" --outputs "$out/outputs" || rc=$?
     detops_log "[$label] correctness: exit $rc, $(( $(date +%s) - start )) s"
     [ $rc -ne 0 ] && status=1

@@ -2,7 +2,7 @@
 """Runs a GoogleTest suite (the correctness suite) in N processes at once and merges what they wrote.
 
   scripts/shard_suite.py --binary build/ci/suites/detops_correctness --shards 4 --filter '*.cuda' \
-      --out correctness.json [--outputs DIR] [-- extra gtest arguments]
+      --out correctness.json [--outputs DIR] [--serial '*large_*'] [-- extra gtest arguments]
 
 Process i runs with GTEST_TOTAL_SHARDS=N and GTEST_SHARD_INDEX=i (GoogleTest splits the selected tests
 between them), writes its own GoogleTest JSON and, with --outputs, its own output dumps
@@ -10,6 +10,10 @@ between them), writes its own GoogleTest JSON and, with --outputs, its own outpu
 "testsuites" list, counts recomputed) and the dumps into DIR (files moved, index.json the union).
 A progress line every 30 s gives the tests finished (from the processes' DETOPS_PROGRESS lines) and an
 estimate of the time left.
+
+--serial PATTERNS (GoogleTest globs, ':'-separated, e.g. '*large_*') names tests that must not share the GPU
+with others (the large-index cases allocate tens of GB each; eight at once run out of memory on a 141 GB
+H200): they are left out of the shards and run afterwards in one process.
 
 A shard that fails or crashes is reported with its exit status and the tail of its log
 (--out's folder/shard-i.log), and the other shards' results are kept: --out then has every test that a
@@ -19,6 +23,7 @@ Exit 0: every shard passed (or skipped everything). 1: a test failed or a shard 
 2: usage errors (no binary, bad shard count).
 """
 import argparse
+import fnmatch
 import json
 import os
 import pathlib
@@ -84,6 +89,28 @@ def merge_outputs(shard_dirs, dest):
     return len(index)
 
 
+def list_tests(binary, gtest_filter):
+    """Full names of the tests the filter selects (--gtest_list_tests)."""
+    out = subprocess.run([str(binary), "--gtest_list_tests", f"--gtest_filter={gtest_filter}"],
+                         capture_output=True, text=True, check=False).stdout
+    names, suite = [], None
+    for line in out.splitlines():
+        if not line.strip() or line.startswith("DetOps:"):
+            continue
+        if not line.startswith(" "):
+            suite = line.split("#")[0].strip()
+        elif suite:
+            names.append(suite + line.split("#")[0].strip())
+    return names
+
+
+def with_negatives(gtest_filter, patterns):
+    """gtest_filter with patterns added to its negative part."""
+    if not patterns:
+        return gtest_filter
+    return gtest_filter + (":" if "-" in gtest_filter else "-") + ":".join(patterns)
+
+
 def fmt_s(s):
     s = int(s)
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
@@ -96,6 +123,7 @@ def main(argv=None):
     ap.add_argument("--filter", default="*", help="--gtest_filter (default '*')")
     ap.add_argument("--out", required=True, help="merged GoogleTest JSON")
     ap.add_argument("--outputs", help="save and merge output dumps (DETOPS_SAVE_OUTPUTS) into this folder")
+    ap.add_argument("--serial", default="", help="globs (':'-separated) of tests run afterwards in one process")
     ap.add_argument("--interval", type=float, default=30.0, help="seconds between progress lines")
     ap.add_argument("extra", nargs="*", help="more gtest arguments (after --)")
     args = ap.parse_args(argv)
@@ -110,9 +138,14 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     outputs = pathlib.Path(args.outputs) if args.outputs else None
 
-    procs = []
-    for i in range(args.shards):
-        env = dict(os.environ, GTEST_TOTAL_SHARDS=str(args.shards), GTEST_SHARD_INDEX=str(i), DETOPS_PROGRESS="1")
+    serial_patterns = [p for p in args.serial.split(":") if p]
+    serial_tests = []
+    if serial_patterns:
+        serial_tests = [n for n in list_tests(binary, args.filter) if any(fnmatch.fnmatchcase(n, p) for p in serial_patterns)]
+    shard_filter = with_negatives(args.filter, serial_patterns)
+
+    def launch(i, gtest_filter, env_extra):
+        env = dict(os.environ, DETOPS_PROGRESS="1", **env_extra)
         if outputs is not None:
             env["DETOPS_SAVE_OUTPUTS"] = str(outputs / f"shard-{i}")
         part = out.parent / f"{out.stem}.shard-{i}.json"
@@ -120,12 +153,26 @@ def main(argv=None):
             part.unlink()
         log = out.parent / f"shard-{i}.log"
         f = open(log, "w")
-        cmd = [str(binary), f"--gtest_filter={args.filter}", "--gtest_brief=1", f"--gtest_output=json:{part}", *args.extra]
-        procs.append({"i": i, "proc": subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT),
-                      "log": log, "file": f, "part": part})
+        cmd = [str(binary), f"--gtest_filter={gtest_filter}", "--gtest_brief=1", f"--gtest_output=json:{part}", *args.extra]
+        return {"i": i, "proc": subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT),
+                "log": log, "file": f, "part": part}
+
+    procs = []
+    for i in range(args.shards):
+        procs.append(launch(i, shard_filter,
+                            {"GTEST_TOTAL_SHARDS": str(args.shards), "GTEST_SHARD_INDEX": str(i)}))
 
     start = time.time()
-    last = start
+    wait_and_report(procs, args, start)
+    if serial_tests:
+        print(f"[shard_suite] {len(serial_tests)} tests matching {args.serial} in one process", flush=True)
+        procs.append(launch(args.shards, ":".join(serial_tests), {}))
+        wait_and_report(procs[-1:], args, start)
+    return finish(procs, args, out, outputs, start)
+
+
+def wait_and_report(procs, args, start):
+    last = time.time()
     while any(p["proc"].poll() is None for p in procs):
         time.sleep(1.0)
         now = time.time()
@@ -147,11 +194,13 @@ def main(argv=None):
             running = sum(1 for p in procs if p["proc"].poll() is None)
             if total and done:
                 eta = (now - start) * (total - done) / done
-                print(f"[shard_suite] {fmt_s(now - start)}: {done}/{total} tests, {running} of {args.shards} "
+                print(f"[shard_suite] {fmt_s(now - start)}: {done}/{total} tests, {running} of {len(procs)} "
                       f"processes running, about {fmt_s(eta)} left", flush=True)
             else:
-                print(f"[shard_suite] {fmt_s(now - start)}: {running} of {args.shards} processes running", flush=True)
+                print(f"[shard_suite] {fmt_s(now - start)}: {running} of {len(procs)} processes running", flush=True)
 
+
+def finish(procs, args, out, outputs, start):
     status = 0
     parts = []
     broken = []
@@ -177,14 +226,14 @@ def main(argv=None):
             for line in tail:
                 print("    " + line, file=sys.stderr)
     merged = merge_gtest(parts)
-    merged["detops_shards"] = {"shards": args.shards, "failed_or_crashed": broken}
+    merged["detops_shards"] = {"shards": args.shards, "serial": args.serial or None, "failed_or_crashed": broken}
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(json.dumps(merged, indent=1))
     os.replace(tmp, out)
-    saved = merge_outputs([outputs / f"shard-{i}" for i in range(args.shards)], outputs) if outputs else 0
+    saved = merge_outputs([outputs / f"shard-{p['i']}" for p in procs], outputs) if outputs else 0
     skipped = sum(1 for s in merged["testsuites"] for t in s["testsuite"] if t.get("result") == "SKIPPED")
     print(f"[shard_suite] {merged['tests']} tests: {merged['tests'] - merged['failures'] - skipped} passed, "
-          f"{merged['failures']} failed, {skipped} skipped; {len(broken)} of {args.shards} shards failed or crashed; "
+          f"{merged['failures']} failed, {skipped} skipped; {len(broken)} of {len(procs)} processes failed or crashed; "
           f"{fmt_s(time.time() - start)}" + (f"; {saved} outputs saved in {outputs}" if outputs else ""))
     return status
 

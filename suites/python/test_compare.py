@@ -546,6 +546,18 @@ def test_truncated_compressed_record_is_one_clear_line(tmp_path, capsys):
     assert str(cut) in err and "cannot be decompressed (truncated or corrupt)" in err and "Traceback" not in err
 
 
+def test_compressed_record_that_inflates_past_the_bound_is_refused(tmp_path, capsys, monkeypatch):
+    import gzip
+    monkeypatch.setattr(compare, "MAX_DECOMPRESSED_BYTES", 1 << 20)
+    b, _ = write_pair(tmp_path, sr.make_record(BENCH, seed=1), sr.make_record(BENCH, seed=2))
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(b" " * (3 << 20)))  # 3 MiB of blanks in a few KB
+    assert bomb.stat().st_size < 20000
+    assert compare.main([str(b), str(bomb)]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert str(bomb) in err and "decompresses to more than 1 MiB" in err
+
+
 def test_command_line_exit_codes(tmp_path):
     b, c = write_pair(tmp_path, sr.make_record(BENCH, seed=1), sr.make_record(BENCH, seed=2, scale={"*": 1.2}))
     script = ROOT / "scripts" / "compare.py"

@@ -38,7 +38,7 @@ def test_shards_merge_to_the_unsharded_run(tmp_path):
     a = json.loads(whole.read_text())
     b = json.loads((tmp_path / "merged.json").read_text())
     assert gtest_names(b) == gtest_names(a) and b["tests"] == a["tests"] > 100
-    assert b["failures"] == 0 and b["detops_shards"] == {"shards": 3, "failed_or_crashed": []}
+    assert b["failures"] == 0 and b["detops_shards"] == {"shards": 3, "serial": None, "failed_or_crashed": []}
     assert "detops_device_facts" in b, "the top-level properties (device facts) survive the merge"
     ia = json.loads((tmp_path / "whole_out" / "index.json").read_text())
     ib = json.loads((tmp_path / "out" / "index.json").read_text())
@@ -47,6 +47,26 @@ def test_shards_merge_to_the_unsharded_run(tmp_path):
         assert (tmp_path / "out" / e["file"]).read_bytes() == (tmp_path / "whole_out" / ia[name]["file"]).read_bytes()
     assert not any(p.name.startswith("shard-") and p.is_dir() for p in (tmp_path / "out").iterdir())
     assert f"{a['tests']} tests:" in r.stdout
+
+
+@pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
+def test_serial_tests_run_alone_after_the_shards(tmp_path):
+    # The large-index cases must not share the GPU: --serial takes them out of the shards into one process.
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", BIN, "--shards", "2",
+                        "--filter", FILTER, "--serial", "nms.*", "--out", str(tmp_path / "merged.json")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    whole = tmp_path / "whole.json"
+    subprocess.run([BIN, f"--gtest_filter={FILTER}", "--gtest_brief=1", f"--gtest_output=json:{whole}"],
+                   check=True, capture_output=True)
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert gtest_names(merged) == gtest_names(json.loads(whole.read_text()))
+    for i in (0, 1):  # the shards ran no nms test ...
+        assert "nms" not in (tmp_path / f"shard-{i}.log").read_text()
+    serial_log = (tmp_path / "shard-2.log").read_text()  # ... the serial process ran them all, and only them
+    assert "nms" in serial_log and "roi_pool" not in serial_log
+    n_nms = sum(1 for n in gtest_names(merged) if n.startswith("nms."))
+    assert f"{n_nms} tests matching nms.* in one process" in r.stdout
 
 
 @pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
