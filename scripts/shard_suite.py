@@ -172,7 +172,7 @@ def main(argv=None):
 
 
 def wait_and_report(procs, args, start):
-    last = time.time()
+    last = stage_start = time.time()
     while any(p["proc"].poll() is None for p in procs):
         time.sleep(1.0)
         now = time.time()
@@ -193,7 +193,7 @@ def wait_and_report(procs, args, start):
                     total += int(m.group(2))
             running = sum(1 for p in procs if p["proc"].poll() is None)
             if total and done:
-                eta = (now - start) * (total - done) / done
+                eta = (now - stage_start) * (total - done) / done  # this stage's rate (shards, then serial)
                 print(f"[shard_suite] {fmt_s(now - start)}: {done}/{total} tests, {running} of {len(procs)} "
                       f"processes running, about {fmt_s(eta)} left", flush=True)
             else:
