@@ -1,8 +1,9 @@
 cmake_minimum_required(VERSION 3.25)
-# ctest -P script: checks that LIB carries SASS for every architecture in SASS_ARCHS (comma separated)
-# and nothing else, as cuobjdump sees it, and prints the SASS and PTX it found. Catches a build that
-# silently fell back to nvcc's default architecture.
-#   cmake -DLIB=... -DCUOBJDUMP=... -DSASS_ARCHS=90,100 -P CheckKernelImages.cmake
+# ctest -P script: checks that LIB carries SASS for every architecture in SASS_ARCHS and PTX for every one
+# in PTX_ARCHS (comma separated; either may be empty) and nothing else, as cuobjdump sees it, and prints the
+# SASS and PTX it found. Catches a build that silently fell back to nvcc's default architecture, and a
+# release build that lost the PTX newer GPUs JIT-compile.
+#   cmake -DLIB=... -DCUOBJDUMP=... -DSASS_ARCHS=90,100 -DPTX_ARCHS=100 -P CheckKernelImages.cmake
 execute_process(COMMAND "${CUOBJDUMP}" --list-elf "${LIB}" OUTPUT_VARIABLE elf RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cuobjdump --list-elf ${LIB} failed: ${err}")
@@ -25,3 +26,17 @@ foreach(arch IN LISTS found_sass)
     message(FATAL_ERROR "${LIB} carries SASS for ${arch}, which was not configured (${SASS_ARCHS})")
   endif()
 endforeach()
+if(DEFINED PTX_ARCHS)
+  string(REPLACE "," ";" expected_ptx "${PTX_ARCHS}")
+  list(TRANSFORM expected_ptx PREPEND "sm_")
+  foreach(arch IN LISTS expected_ptx)
+    if(NOT arch IN_LIST found_ptx)
+      message(FATAL_ERROR "expected PTX for ${arch} (the configured architectures) but ${LIB} has PTX: ${found_ptx}")
+    endif()
+  endforeach()
+  foreach(arch IN LISTS found_ptx)
+    if(NOT arch IN_LIST expected_ptx)
+      message(FATAL_ERROR "${LIB} carries PTX for ${arch}, which was not configured (${PTX_ARCHS})")
+    endif()
+  endforeach()
+endif()

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -168,3 +169,45 @@ def test_check_image(tmp_path, archs, verdict, status, ok):
     doctor_json(tmp_path / "d.json", verdict, status)
     (tmp_path / "f.json").write_text(json.dumps(facts("x", [], archs)))
     assert (build_facts.main(["check-image", str(tmp_path / "d.json"), str(tmp_path / "f.json")]) == 0) == ok
+
+
+LIB = os.environ.get("DETOPS_TORCH_LIBRARY")
+
+
+def find_cuobjdump():
+    try:
+        import triton
+        cands = [os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")]
+    except ImportError:
+        cands = []
+    for c in [shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump", *cands]:
+        if c and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+@pytest.mark.skipif(not LIB, reason="DETOPS_TORCH_LIBRARY is not set (CTest sets it to the built library)")
+@pytest.mark.skipif(not find_cuobjdump(), reason="no cuobjdump (CUDA toolkit or triton's) to list the embedded code")
+def test_kernel_image_check_catches_missing_and_extra_sass_and_ptx():
+    tool = find_cuobjdump()
+    listing = lambda flag: sorted(set(re.findall(r"sm_(\d+[af]?)", subprocess.run(
+        [tool, flag, LIB], capture_output=True, text=True).stdout)))
+    sass, ptx = listing("--list-elf"), listing("--list-ptx")
+    assert sass, "the built library carries SASS"
+
+    def check(sass_archs, ptx_archs):
+        r = subprocess.run(["cmake", f"-DLIB={LIB}", f"-DCUOBJDUMP={tool}", f"-DSASS_ARCHS={','.join(sass_archs)}",
+                            f"-DPTX_ARCHS={','.join(ptx_archs)}", "-P", str(ROOT / "cmake" / "CheckKernelImages.cmake")],
+                           capture_output=True, text=True)
+        return r.returncode, r.stdout + r.stderr
+
+    assert check(sass, ptx)[0] == 0
+    rc, out = check(sass, ptx + ["999"])
+    assert rc != 0 and "expected PTX for sm_999" in out
+    rc, out = check(sass + ["998"], ptx)
+    assert rc != 0 and "expected SASS for sm_998" in out
+    rc, out = check(sass[1:], ptx)
+    assert rc != 0 and f"carries SASS for sm_{sass[0]}" in out
+    if ptx:
+        rc, out = check(sass, ptx[1:])
+        assert rc != 0 and f"carries PTX for sm_{ptx[0]}" in out
