@@ -27,6 +27,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import compare  # noqa: E402
+
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_[0-9]+[af]?)'")
 PROPS = re.compile(r"ptxas info\s*: Function properties for (\S+)")
 STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -228,13 +231,8 @@ def finish(args):
     else:
         facts["sass_digest_note"] = "PTX only: the SASS is the driver's JIT output, not in the library"
     (run_dir / "build-facts.json").write_text(json.dumps(facts, indent=1) + "\n")
-    record = run_dir / "record.json"
-    if record.is_file() and (run_dir / "outputs" / "index.json").is_file():
-        rec = json.loads(record.read_text())
-        rec["outputs"] = {"dir": "outputs", "index": "outputs/index.json"}
-        tmp = record.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(rec, indent=1))
-        os.replace(tmp, record)
+    if (run_dir / "record.json").is_file():
+        compare.attach_output_dumps(run_dir / "record.json")
     print(f"[build_facts] {facts['label']}: {facts['sass_digest_note']}")
     return 0
 

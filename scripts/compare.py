@@ -158,13 +158,16 @@ def read_record_text(path):
     with open(path, "rb") as f:
         head = f.read(6)
         f.seek(0)
-        opener = gzip.GzipFile if head[:2] == b"\x1f\x8b" else lzma.LZMAFile if head == b"\xfd7zXZ\x00" else None
-        if opener is None:
+        if head[:2] == b"\x1f\x8b":
+            opener = lambda: gzip.GzipFile(fileobj=f)
+        elif head == b"\xfd7zXZ\x00":
+            opener = lambda: lzma.LZMAFile(f)
+        else:
             return f.read().decode("utf-8")
         # Decompressed in chunks, up to a bound: a small corrupt or hostile file must not exhaust memory.
         chunks, size = [], 0
         try:
-            with opener(fileobj=f) if opener is gzip.GzipFile else opener(f) as z:
+            with opener() as z:
                 while True:
                     chunk = z.read(1 << 20)
                     if not chunk:
@@ -177,6 +180,20 @@ def read_record_text(path):
         except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:
             raise RecordError(f"{path}: compressed record cannot be decompressed (truncated or corrupt): {e}") from None
     return b"".join(chunks).decode("utf-8")
+
+
+def attach_output_dumps(record_path):
+    """Points a run's record at the output dumps beside it (outputs/index.json, written by the correctness
+    suite with DETOPS_SAVE_OUTPUTS), for compare --cross-build. Returns whether there were any."""
+    record_path = pathlib.Path(record_path)
+    if not (record_path.parent / "outputs" / "index.json").is_file():
+        return False
+    rec = json.loads(record_path.read_text())
+    rec["outputs"] = {"dir": "outputs", "index": "outputs/index.json"}
+    tmp = record_path.with_name(record_path.name + ".tmp")
+    tmp.write_text(json.dumps(rec, indent=1))
+    tmp.replace(record_path)
+    return True
 
 
 def load_record(path):

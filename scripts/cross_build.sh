@@ -104,7 +104,7 @@ xb_build() {
   root=$(dirname "$(dirname "$nvcc")")
   bdir="$XB_ROOT/$label"
   mkdir -p "$bdir"
-  _detops_pick_cxx_for "$bdir"
+  _detops_pick_cxx "$bdir"
   detops_log "build $label: nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\), V\([0-9.]*\).*/\2/p') ($nvcc), CMAKE_CUDA_ARCHITECTURES=$arch -> ${bdir#$DETOPS_ROOT/}"
   cmake -S "$DETOPS_ROOT" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDETOPS_BUILD_TESTS=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$root" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
@@ -120,14 +120,6 @@ xb_build() {
     detops_die "build $label: failed (log: ${bdir#$DETOPS_ROOT/}/build.log)"
   fi
   "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/build_facts.py" collect "$bdir" --label "$label" -o "$bdir/build-facts.json"
-}
-
-# _detops_pick_cxx with the build folder given (it reconfigures a folder whose compiler changed).
-_detops_pick_cxx_for() {
-  local saved=${DETOPS_BUILD_DIR:-}
-  DETOPS_BUILD_DIR=$1
-  _detops_pick_cxx
-  DETOPS_BUILD_DIR=$saved
 }
 
 xb_pack() {

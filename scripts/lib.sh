@@ -115,7 +115,8 @@ _detops_links_shared_libstdcxx() {
   return $rc
 }
 
-_detops_pick_cxx() {
+_detops_pick_cxx() {  # [BUILD_DIR]: the folder to start afresh if its compiler differs (default $DETOPS_BUILD_DIR)
+  local build_dir=${1:-$DETOPS_BUILD_DIR}
   local cxx=${CXX:-$(command -v g++ || true)}
   [ -n "$cxx" ] || return 0
   if ! _detops_links_shared_libstdcxx "$cxx"; then
@@ -129,11 +130,11 @@ _detops_pick_cxx() {
   export CXX=$cxx
   export CUDAHOSTCXX=$cxx
   # CMake fixes the compiler at first configuration: start that build folder afresh if it differs.
-  local cache="$DETOPS_BUILD_DIR/CMakeCache.txt" cached
+  local cache="$build_dir/CMakeCache.txt" cached
   cached=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache" 2>/dev/null || true)
   if [ -n "$cached" ] && [ "$(readlink -f "$cached")" != "$(readlink -f "$cxx")" ]; then
-    detops_log "compiler changed to $cxx: reconfiguring $DETOPS_BUILD_DIR from scratch"
-    rm -rf "$DETOPS_BUILD_DIR"
+    detops_log "compiler changed to $cxx: reconfiguring $build_dir from scratch"
+    rm -rf "$build_dir"
   fi
 }
 

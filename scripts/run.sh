@@ -103,17 +103,8 @@ detops_log "benchmarks: exit $rc, $(( $(date +%s) - start )) s (log: ${out#$DETO
 [ $rc -ne 0 ] && status=1
 [ -f "$out/record.json" ] || { detops_log "no record was written"; exit 1; }
 # The record says where the output dumps are (relative to the record).
-"$DETOPS_PYTHON" - "$out/record.json" <<'PY'
-import json, os, sys
-path = sys.argv[1]
-rec = json.load(open(path))
-if os.path.isfile(os.path.join(os.path.dirname(path), "outputs", "index.json")):
-    rec["outputs"] = {"dir": "outputs", "index": "outputs/index.json"}
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(rec, f, indent=1)
-    os.replace(tmp, path)
-PY
+"$DETOPS_PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import compare; compare.attach_output_dumps(sys.argv[2])' \
+  "$DETOPS_ROOT/scripts" "$out/record.json"
 
 if peer_available; then
   detops_log "peer timing against torchvision: scripts/peer_bench.py (torch.profiler kernel time; log: ${out#$DETOPS_ROOT/}/peer_bench.log)"

@@ -211,3 +211,18 @@ def test_kernel_image_check_catches_missing_and_extra_sass_and_ptx():
     if ptx:
         rc, out = check(sass, ptx[1:])
         assert rc != 0 and f"carries PTX for sm_{ptx[0]}" in out
+
+
+def test_records_point_at_the_output_dumps_beside_them(tmp_path):
+    # scripts/run.sh and build_facts.py finish both use compare.attach_output_dumps.
+    import compare
+    import synthetic_records as sr
+    rec = sr.write(tmp_path / "record.json", sr.make_record([("nms", "b", "fp32", "fwd", 1.0)], seed=1))
+    before = rec.read_bytes()
+    assert compare.attach_output_dumps(rec) is False and rec.read_bytes() == before
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "index.json").write_text("{}")
+    sh = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import compare; "
+                         "compare.attach_output_dumps(sys.argv[2])", str(ROOT / "scripts"), str(rec)], check=True)
+    assert json.loads(rec.read_text())["outputs"] == {"dir": "outputs", "index": "outputs/index.json"}
+    assert compare.load_record(rec)["benchmarks"] == json.loads(before)["benchmarks"]
