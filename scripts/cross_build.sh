@@ -200,7 +200,7 @@ xb_measure() {
     # whole suite's dumps near 20 MB.
     LD_LIBRARY_PATH="$libpath" PYTHONUNBUFFERED=1 DETOPS_SAVE_OUTPUTS_MAX_ELEMENTS="${DETOPS_SAVE_OUTPUTS_MAX_ELEMENTS:-1024}" \
       "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/shard_suite.py" \
-      --binary "$bdir/suites/detops_correctness" --filter "$suite_filter" --shards "$shards" --serial '*large_*' \
+      --binary "$bdir/suites/detops_correctness" --filter "$suite_filter" --shards "$shards" --serial "$DETOPS_SERIAL_TESTS" \
       --out "$out/correctness.json" --outputs "$out/outputs" || rc=$?
     detops_log "[$label] correctness: exit $rc, $(( $(date +%s) - start )) s"
     [ $rc -ne 0 ] && status=1

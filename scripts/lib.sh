@@ -158,3 +158,21 @@ detops_configure_and_build() {
 detops_gpu_visible() {
   command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1
 }
+
+# The correctness suite's tests that must not share the GPU with other processes: the large-index checks
+# (inputs past 2^31 elements, tens of GB of device memory each; eight at once ran out of memory on an H200).
+# shard_suite.py --serial runs them after the shards, in one process.
+DETOPS_SERIAL_TESTS='*.large_index_*:*.large_output_*'
+
+# Processes for the correctness suite (scripts/shard_suite.py): DETOPS_SUITE_SHARDS, else one per CPU this
+# process may use, at most 16 (each process holds a CUDA context and the fp64 copies of its current case).
+detops_suite_shards() {
+  if [ -n "${DETOPS_SUITE_SHARDS:-}" ]; then
+    echo "$DETOPS_SUITE_SHARDS"
+    return
+  fi
+  local n
+  n=$(nproc 2>/dev/null || echo 1)
+  [ "$n" -gt 16 ] && n=16
+  echo "$n"
+}

@@ -2,16 +2,19 @@
 """Runs a GoogleTest suite (the correctness suite) in N processes at once and merges what they wrote.
 
   scripts/shard_suite.py --binary build/ci/suites/detops_correctness --shards 4 --filter '*.cuda' \
-      --out correctness.json [--outputs DIR] [--serial '*large_*'] [-- extra gtest arguments]
+      --out correctness.json [--outputs DIR] [--serial '*.large_index_*:*.large_output_*'] [-- extra gtest arguments]
 
 Process i runs with GTEST_TOTAL_SHARDS=N and GTEST_SHARD_INDEX=i (GoogleTest splits the selected tests
 between them), writes its own GoogleTest JSON and, with --outputs, its own output dumps
 (DETOPS_SAVE_OUTPUTS=DIR/shard-i). When all have ended: the JSON files are merged into --out (one
 "testsuites" list, counts recomputed) and the dumps into DIR (files moved, index.json the union).
-A progress line every 30 s gives the tests finished (from the processes' DETOPS_PROGRESS lines) and an
-estimate of the time left.
+With --timings (a previous run's GoogleTest JSON), the shards are instead lists of tests of near-equal
+expected time (longest first, each to the least loaded shard), so one shard holding several slow tests does not
+set the wall time. Each process gets an equal share of the CPUs for its thread pools (OMP_NUM_THREADS /
+MKL_NUM_THREADS, unless the caller set them). A progress line every 30 s gives the tests finished (from the
+processes' DETOPS_PROGRESS lines) and an estimate of the time left.
 
---serial PATTERNS (GoogleTest globs, ':'-separated, e.g. '*large_*') names tests that must not share the GPU
+--serial PATTERNS (GoogleTest globs, ':'-separated, e.g. '*.large_index_*') names tests that must not share the GPU
 with others (the large-index cases allocate tens of GB each; eight at once run out of memory on a 141 GB
 H200): they are left out of the shards and run afterwards in one process.
 
@@ -24,6 +27,8 @@ Exit 0: every shard passed (or skipped everything). 1: a test failed or a shard 
 """
 import argparse
 import fnmatch
+import gzip
+import heapq
 import json
 import os
 import pathlib
@@ -32,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zlib
 
 PROGRESS = re.compile(r"\[correctness (\d+)/(\d+)\]")  # correctness_main.cpp's DETOPS_PROGRESS lines
 
@@ -104,11 +110,63 @@ def list_tests(binary, gtest_filter):
     return names
 
 
+def load_timings(path):
+    """{test name: seconds} from a GoogleTest JSON report (a previous run's correctness.json, merged or not) or
+    a plain {name: seconds} object, gzip-compressed or not. An unreadable file gives {} and a warning: the
+    shards are then GoogleTest's own round-robin split."""
+    try:
+        raw = pathlib.Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        d = json.loads(raw)
+        if isinstance(d, dict) and isinstance(d.get("testsuites"), list):
+            return {f"{s['name']}.{t['name']}": float(str(t.get("time", "0")).rstrip("s"))
+                    for s in d["testsuites"] for t in s.get("testsuite", [])}
+        if isinstance(d, dict) and all(isinstance(v, (int, float)) for v in d.values()):
+            return {str(k): float(v) for k, v in d.items()}
+        raise ValueError("neither a GoogleTest JSON report nor a {test: seconds} object")
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zlib.error) as e:
+        print(f"[shard_suite] --timings {path}: not used ({e}); GoogleTest's round-robin shards instead",
+              file=sys.stderr)
+        return {}
+
+
+def balanced_partition(names, times, shards):
+    """names split into `shards` lists of near-equal expected time: longest first, each to the least loaded
+    shard (a test without a recorded time counts as the median recorded one). Each list keeps the suite's
+    order; returns (lists, expected seconds per list)."""
+    known = sorted(times[n] for n in names if n in times)
+    default = known[len(known) // 2] if known else 1.0
+    cost = {n: times.get(n, default) for n in names}
+    heap = [(0.0, i) for i in range(shards)]
+    assigned = {}
+    for n in sorted(names, key=lambda n: (-cost[n], n)):
+        load, i = heapq.heappop(heap)
+        assigned[n] = i
+        heapq.heappush(heap, (load + cost[n], i))
+    lists = [[n for n in names if assigned[n] == i] for i in range(shards)]
+    return lists, [sum(cost[n] for n in lst) for lst in lists]
+
+
 def with_negatives(gtest_filter, patterns):
     """gtest_filter with patterns added to its negative part."""
     if not patterns:
         return gtest_filter
     return gtest_filter + (":" if "-" in gtest_filter else "-") + ":".join(patterns)
+
+
+# The CPU thread pools of a shard's process (ATen's intra-op OpenMP pool, MKL): without a limit each of N
+# processes starts one thread per core, N * cores threads contending for the same cores.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def thread_budget(shards):
+    """Threads per shard process: the CPUs this process may use, divided among the shards (at least 1)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // max(1, shards))
 
 
 def fmt_s(s):
@@ -125,6 +183,8 @@ def main(argv=None):
     ap.add_argument("--outputs", help="save and merge output dumps (DETOPS_SAVE_OUTPUTS) into this folder")
     ap.add_argument("--serial", default="", help="globs (':'-separated) of tests run afterwards in one process")
     ap.add_argument("--interval", type=float, default=30.0, help="seconds between progress lines")
+    ap.add_argument("--timings", help="a previous run's GoogleTest JSON (or {test: seconds}): shards of equal "
+                    "expected time instead of GoogleTest's round-robin split")
     ap.add_argument("extra", nargs="*", help="more gtest arguments (after --)")
     args = ap.parse_args(argv)
     binary = pathlib.Path(args.binary)
@@ -144,8 +204,12 @@ def main(argv=None):
         serial_tests = [n for n in list_tests(binary, args.filter) if any(fnmatch.fnmatchcase(n, p) for p in serial_patterns)]
     shard_filter = with_negatives(args.filter, serial_patterns)
 
-    def launch(i, gtest_filter, env_extra):
+    threads = thread_budget(args.shards)
+
+    def launch(i, gtest_filter, env_extra, threads=threads):
         env = dict(os.environ, DETOPS_PROGRESS="1", **env_extra)
+        for var in THREAD_VARS:  # the caller's setting wins
+            env.setdefault(var, str(threads))
         if outputs is not None:
             env["DETOPS_SAVE_OUTPUTS"] = str(outputs / f"shard-{i}")
         part = out.parent / f"{out.stem}.shard-{i}.json"
@@ -153,20 +217,33 @@ def main(argv=None):
             part.unlink()
         log = out.parent / f"shard-{i}.log"
         f = open(log, "w")
-        cmd = [str(binary), f"--gtest_filter={gtest_filter}", "--gtest_brief=1", f"--gtest_output=json:{part}", *args.extra]
+        # The filter goes through a flag file: a list of test names can pass the kernel's 128 KiB limit on
+        # one argument.
+        flags = out.parent / f"shard-{i}.flags"
+        flags.write_text(f"--gtest_filter={gtest_filter}\n")
+        cmd = [str(binary), f"--gtest_flagfile={flags}", "--gtest_brief=1", f"--gtest_output=json:{part}", *args.extra]
         return {"i": i, "proc": subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT),
                 "log": log, "file": f, "part": part}
 
     procs = []
-    for i in range(args.shards):
-        procs.append(launch(i, shard_filter,
-                            {"GTEST_TOTAL_SHARDS": str(args.shards), "GTEST_SHARD_INDEX": str(i)}))
+    times = load_timings(args.timings) if args.timings else {}
+    if times:
+        lists, expected = balanced_partition(list_tests(binary, shard_filter), times, args.shards)
+        print(f"[shard_suite] shards balanced by the test times in {args.timings}: expected "
+              f"{min(expected):.0f}-{max(expected):.0f} s of test time each", flush=True)
+        for i, names in enumerate(lists):
+            if names:
+                procs.append(launch(i, ":".join(names), {}))
+    else:
+        for i in range(args.shards):
+            procs.append(launch(i, shard_filter,
+                                {"GTEST_TOTAL_SHARDS": str(args.shards), "GTEST_SHARD_INDEX": str(i)}))
 
     start = time.time()
     wait_and_report(procs, args, start)
     if serial_tests:
         print(f"[shard_suite] {len(serial_tests)} tests matching {args.serial} in one process", flush=True)
-        procs.append(launch(args.shards, ":".join(serial_tests), {}))
+        procs.append(launch(args.shards, ":".join(serial_tests), {}, threads=thread_budget(1)))
         wait_and_report(procs[-1:], args, start)
     return finish(procs, args, out, outputs, start)
 
@@ -206,6 +283,7 @@ def finish(procs, args, out, outputs, start):
     broken = []
     for p in procs:
         p["file"].close()
+        p["log"].with_suffix(".flags").unlink(missing_ok=True)
         rc = p["proc"].returncode
         ok = rc in (0, 77)  # 77: every selected test skipped
         if p["part"].is_file():

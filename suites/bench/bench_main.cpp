@@ -7,6 +7,9 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
@@ -407,11 +410,28 @@ class RecordReporter : public benchmark::ConsoleReporter {
   bool write_failed_ = false;
 };
 
-std::string progress_line(std::size_t index, std::size_t total, const BenchmarkResult& r) {
+// "12m05s" / "48s".
+std::string minutes_seconds(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  std::ostringstream o;
+  if (s >= 60) {
+    o << s / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
+  } else {
+    o << s << "s";
+  }
+  return o.str();
+}
+
+// "[i/N] name median ms (...); <elapsed>, about <left> left" (the time left at the run's mean pace so far).
+std::string progress_line(std::size_t index, std::size_t total, const BenchmarkResult& r, double elapsed_s) {
   std::ostringstream s;
+  const std::string pace = "; " + minutes_seconds(elapsed_s) + ", about " +
+                           minutes_seconds(elapsed_s / static_cast<double>(std::max<std::size_t>(index, 1)) *
+                                           static_cast<double>(total - std::min(index, total))) +
+                           " left";
   s << "[" << index << "/" << total << "] " << benchmark_name(r) << " ";
   if (!r.error.empty()) {
-    s << "ERROR: " << r.error;
+    s << "ERROR: " << r.error << pace;
     return s.str();
   }
   const SampleStats st = summarize_samples(r.samples_ms);
@@ -419,7 +439,7 @@ std::string progress_line(std::size_t index, std::size_t total, const BenchmarkR
     << std::setprecision(1) << st.rel_stdev * 100 << "%, " << st.count << " samples, " << r.stop_reason;
   if (r.discarded_throttled > 0) s << ", " << r.discarded_throttled << " throttled";
   if (r.discarded_dropped_records > 0) s << ", " << r.discarded_dropped_records << " dropped";
-  s << ")";
+  s << ")" << pace;
   return s.str();
 }
 
@@ -503,12 +523,16 @@ int run_main(int argc, char** argv) {
   std::vector<BenchmarkResult> pending;
   std::size_t done = 0, failed = 0;
   const std::size_t total = jobs.size();
+  const auto started = std::chrono::steady_clock::now();
+  const auto elapsed_s = [&started] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
   for (const Job& job : jobs) {
     const Job* jp = &job;
     benchmark::RegisterBenchmark(job.name.c_str(), [&, jp](benchmark::State& state) {
       for (auto _ : state) {
         BenchmarkResult r = runner.run(*jp);
-        std::cerr << progress_line(++done, total, r) << "\n";
+        std::cerr << progress_line(++done, total, r, elapsed_s()) << "\n";
         if (!r.error.empty()) {
           ++failed;
           state.SkipWithError(r.error.c_str());

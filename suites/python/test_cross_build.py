@@ -85,6 +85,61 @@ def test_a_crashing_shard_is_reported_and_the_others_kept(tmp_path):
     assert b["tests"] > 50, "shards 0 and 2 kept their results"
 
 
+def test_balanced_partition_evens_out_the_expected_time():
+    import shard_suite
+    names = [f"t{i}" for i in range(8)]
+    times = {"t0": 10.0, "t1": 9.0, "t2": 1.0, "t3": 1.0, "t4": 8.0, "t5": 1.0, "t6": 2.0}  # t7: no time
+    lists, expected = shard_suite.balanced_partition(names, times, 3)
+    assert sorted(n for lst in lists for n in lst) == sorted(names)  # every test once
+    assert all(lst == sorted(lst, key=names.index) for lst in lists)  # the suite's order kept
+    # GoogleTest's round-robin split would give 13 / 19 / 2 s; longest-first gives 12 / 11 / 11.
+    assert max(expected) <= 12.0 and sum(expected) == pytest.approx(34.0)  # t7 counts the median, 2 s
+    assert [lst for lst in lists if "t0" in lst][0] != [lst for lst in lists if "t1" in lst][0]
+    lists, expected = shard_suite.balanced_partition(names[:2], times, 4)  # more shards than tests
+    assert sorted(len(lst) for lst in lists) == [0, 0, 1, 1]
+
+
+def test_timings_are_read_from_reports_and_bad_files_are_not_used(tmp_path, capsys):
+    import gzip as gz
+    import shard_suite
+    report = {"testsuites": [{"name": "op.forward", "testsuite": [{"name": "a.fp32.cuda", "time": "1.5s"},
+                                                                   {"name": "b.fp32.cuda", "time": "0.25s"}]}]}
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    (tmp_path / "r.json.gz").write_bytes(gz.compress(json.dumps(report).encode()))
+    (tmp_path / "m.json").write_text(json.dumps({"op.forward.a.fp32.cuda": 3}))
+    want = {"op.forward.a.fp32.cuda": 1.5, "op.forward.b.fp32.cuda": 0.25}
+    assert shard_suite.load_timings(tmp_path / "r.json") == want
+    assert shard_suite.load_timings(tmp_path / "r.json.gz") == want
+    assert shard_suite.load_timings(tmp_path / "m.json") == {"op.forward.a.fp32.cuda": 3.0}
+    (tmp_path / "bad.json").write_text('{"testsuites": 7')
+    (tmp_path / "trunc.json.gz").write_bytes(gz.compress(b'{"a": 1}')[:-6])
+    for bad in ("bad.json", "trunc.json.gz", "missing.json"):
+        assert shard_suite.load_timings(tmp_path / bad) == {}
+        assert "not used" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
+def test_shards_balanced_by_timings_run_every_test_once_with_their_share_of_threads(tmp_path):
+    whole = tmp_path / "whole.json"
+    subprocess.run([BIN, f"--gtest_filter={FILTER}", "--gtest_brief=1", f"--gtest_output=json:{whole}"],
+                   check=True, capture_output=True)
+    # Each process records the thread count it was given, then runs the suite.
+    wrapper = tmp_path / "wrap.sh"
+    wrapper.write_text(f'#!/bin/sh\necho "$OMP_NUM_THREADS" >> "{tmp_path}/threads"\nexec "{BIN}" "$@"\n')
+    wrapper.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", str(wrapper), "--shards", "3",
+                        "--filter", FILTER, "--timings", str(whole), "--out", str(tmp_path / "merged.json")],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "shards balanced by the test times" in r.stdout
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert gtest_names(merged) == gtest_names(json.loads(whole.read_text()))
+    cpus = len(os.sched_getaffinity(0))
+    assert (tmp_path / "threads").read_text().split() == [str(max(1, cpus // 3))] * 3
+    assert not list(tmp_path.glob("shard-*.flags")), "the flag files are removed"
+
+
 def test_shard_suite_refuses_a_missing_binary(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", str(tmp_path / "nope"),
                         "--out", str(tmp_path / "o.json")], capture_output=True, text=True)
