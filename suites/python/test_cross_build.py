@@ -138,6 +138,15 @@ def test_shards_balanced_by_timings_run_every_test_once_with_their_share_of_thre
     cpus = len(os.sched_getaffinity(0))
     assert (tmp_path / "threads").read_text().split() == [str(max(1, cpus // 3))] * 3
     assert not list(tmp_path.glob("shard-*.flags")), "the flag files are removed"
+    # A binary that lists nothing (a broken --gtest_list_tests) still runs through GoogleTest's own shards.
+    lister = tmp_path / "nolist.sh"
+    lister.write_text(f'#!/bin/sh\ncase "$*" in *--gtest_list_tests*) exit 0;; esac\nexec "{BIN}" "$@"\n')
+    lister.chmod(0o755)
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", str(lister), "--shards", "2",
+                        "--filter", FILTER, "--timings", str(whole), "--out", str(tmp_path / "m2.json")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "listed no test" in r.stderr
+    assert gtest_names(json.loads((tmp_path / "m2.json").read_text())) == gtest_names(json.loads(whole.read_text()))
 
 
 def test_shard_suite_refuses_a_missing_binary(tmp_path):
