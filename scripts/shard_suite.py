@@ -27,7 +27,6 @@ Exit 0: every shard passed (or skipped everything). 1: a test failed or a shard 
 """
 import argparse
 import fnmatch
-import gzip
 import heapq
 import json
 import os
@@ -37,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import time
-import zlib
 
 PROGRESS = re.compile(r"\[correctness (\d+)/(\d+)\]")  # correctness_main.cpp's DETOPS_PROGRESS lines
 
@@ -115,17 +113,18 @@ def load_timings(path):
     a plain {name: seconds} object, gzip-compressed or not. An unreadable file gives {} and a warning: the
     shards are then GoogleTest's own round-robin split."""
     try:
-        raw = pathlib.Path(path).read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        d = json.loads(raw)
+        # compare.read_record_text: plain, gzip or xz, decompressed within a bound. Imported here: compare needs
+        # numpy, which the sharding itself does not.
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        import compare
+        d = json.loads(compare.read_record_text(path))
         if isinstance(d, dict) and isinstance(d.get("testsuites"), list):
             return {f"{s['name']}.{t['name']}": float(str(t.get("time", "0")).rstrip("s"))
                     for s in d["testsuites"] for t in s.get("testsuite", [])}
         if isinstance(d, dict) and all(isinstance(v, (int, float)) for v in d.values()):
             return {str(k): float(v) for k, v in d.items()}
         raise ValueError("neither a GoogleTest JSON report nor a {test: seconds} object")
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zlib.error) as e:
+    except Exception as e:  # ImportError, OSError, ValueError, compare.RecordError, a malformed report's KeyError
         print(f"[shard_suite] --timings {path}: not used ({e}); GoogleTest's round-robin shards instead",
               file=sys.stderr)
         return {}
@@ -235,9 +234,9 @@ def main(argv=None):
         lists, expected = balanced_partition(names, times, args.shards)
         print(f"[shard_suite] shards balanced by the test times in {args.timings}: expected "
               f"{min(expected):.0f}-{max(expected):.0f} s of test time each", flush=True)
-        for i, names in enumerate(lists):
-            if names:
-                procs.append(launch(i, ":".join(names), {}))
+        for i, group in enumerate(lists):
+            if group:
+                procs.append(launch(i, ":".join(group), {}))
     else:
         for i in range(args.shards):
             procs.append(launch(i, shard_filter,

@@ -110,6 +110,9 @@ def test_timings_are_read_from_reports_and_bad_files_are_not_used(tmp_path, caps
     want = {"op.forward.a.fp32.cuda": 1.5, "op.forward.b.fp32.cuda": 0.25}
     assert shard_suite.load_timings(tmp_path / "r.json") == want
     assert shard_suite.load_timings(tmp_path / "r.json.gz") == want
+    import lzma
+    (tmp_path / "r.json.xz").write_bytes(lzma.compress(json.dumps(report).encode()))
+    assert shard_suite.load_timings(tmp_path / "r.json.xz") == want
     assert shard_suite.load_timings(tmp_path / "m.json") == {"op.forward.a.fp32.cuda": 3.0}
     (tmp_path / "bad.json").write_text('{"testsuites": 7')
     (tmp_path / "trunc.json.gz").write_bytes(gz.compress(b'{"a": 1}')[:-6])
