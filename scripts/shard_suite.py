@@ -10,13 +10,16 @@ between them), writes its own GoogleTest JSON and, with --outputs, its own outpu
 "testsuites" list, counts recomputed) and the dumps into DIR (files moved, index.json the union).
 With --timings (a previous run's GoogleTest JSON), the shards are instead lists of tests of near-equal
 expected time (longest first, each to the least loaded shard), so one shard holding several slow tests does not
-set the wall time. Each process gets an equal share of the CPUs for its thread pools (OMP_NUM_THREADS /
+set the wall time; the CPU and CUDA forward (backward) checks of one case and dtype stay together, since the
+process computes their fp64 reference once for both (share_key). Each process gets an equal share of the CPUs for its thread pools (OMP_NUM_THREADS /
 MKL_NUM_THREADS, unless the caller set them). A progress line every 30 s gives the tests finished (from the
 processes' DETOPS_PROGRESS lines) and an estimate of the time left.
 
 --serial PATTERNS (GoogleTest globs, ':'-separated, e.g. '*.large_index_*') names tests that must not share the GPU
-with others (the large-index cases allocate tens of GB each; eight at once run out of memory on a 141 GB
-H200): they are left out of the shards and run afterwards in one process.
+with each other (the large-index cases allocate tens of GB each; eight at once run out of memory on a 141 GB
+H200): they are left out of the shards and run afterwards in one process. (Run beside the shards instead, on an
+H200, their kernels of 2^31 elements held the GPU's time slices: the shards' tests took 1472 s together instead of
+1162 s, and the suite ended no sooner.)
 
 A shard that fails or crashes is reported with its exit status and the tail of its log
 (--out's folder/shard-i.log), and the other shards' results are kept: --out then has every test that a
@@ -130,19 +133,35 @@ def load_timings(path):
         return {}
 
 
+# <op>.forward.<case>.<dtype>.<device> and <op>.backward...: the CPU and CUDA checks of one case, dtype and
+# direction compare with the same fp64 reference, which the suite's process computes once for both when they run
+# in it (checks.cpp's case memo), so they go to one shard.
+SHARED_REFERENCE = re.compile(r"^([^.]+\.(?:forward|backward)\.[^.]+\.[^.]+)\.(?:cpu|cuda)$")
+
+
+def share_key(name):
+    m = SHARED_REFERENCE.match(name)
+    return m.group(1) if m else name
+
+
 def balanced_partition(names, times, shards):
     """names split into `shards` lists of near-equal expected time: longest first, each to the least loaded
-    shard (a test without a recorded time counts as the median recorded one). Each list keeps the suite's
-    order; returns (lists, expected seconds per list)."""
+    shard (a test without a recorded time counts as the median recorded one); tests that share a reference
+    (share_key) count as one. Each list keeps the suite's order; returns (lists, expected seconds per list)."""
     known = sorted(times[n] for n in names if n in times)
     default = known[len(known) // 2] if known else 1.0
     cost = {n: times.get(n, default) for n in names}
+    units = {}
+    for n in names:
+        units.setdefault(share_key(n), []).append(n)
+    unit_cost = {k: sum(cost[n] for n in members) for k, members in units.items()}
     heap = [(0.0, i) for i in range(shards)]
     assigned = {}
-    for n in sorted(names, key=lambda n: (-cost[n], n)):
+    for k in sorted(units, key=lambda k: (-unit_cost[k], k)):
         load, i = heapq.heappop(heap)
-        assigned[n] = i
-        heapq.heappush(heap, (load + cost[n], i))
+        for n in units[k]:
+            assigned[n] = i
+        heapq.heappush(heap, (load + unit_cost[k], i))
     lists = [[n for n in names if assigned[n] == i] for i in range(shards)]
     return lists, [sum(cost[n] for n in lst) for lst in lists]
 

@@ -3,7 +3,9 @@
 
 Prints: the device, counts per op / check / dtype / device (passed, failed, skipped), the gradient
 checks, bitwise reproducibility per op / direction / device / dtype, the largest errors per dtype, the
-failures with their messages, and the wall time when given. Exits 0; it reports, it does not judge.
+failures with their messages, the wall time when given, and where the tests' time went: per check and device,
+the longest tests, the phases (DETOPS_PHASE_TIMES=1 runs), references reused between a case's CPU and CUDA
+checks, and how the CUDA finite differences were evaluated. Exits 0; it reports, it does not judge.
 """
 import argparse
 import collections
@@ -59,6 +61,11 @@ def main():
     max_err = collections.defaultdict(lambda: [0.0, 0.0, ""])  # (op, check, dtype) -> abs, rel, test
     failures = []
     total = collections.Counter()
+    seconds = collections.Counter()  # (check, device) -> test seconds
+    phases = collections.defaultdict(collections.Counter)  # (check, device) -> phase -> seconds
+    longest = []
+    reused = collections.Counter()
+    fd_evaluation = collections.Counter()
     for suite in rec.get("testsuites", []):
         op, _, check = suite["name"].partition(".")
         for t in suite.get("testsuite", []):
@@ -70,6 +77,23 @@ def main():
             if check == "bad_input":
                 dtype = "-"
             counts[(op, check, dtype, device)][status] += 1
+            try:
+                sec = float(str(t.get("time", "0")).rstrip("s"))
+            except ValueError:
+                sec = 0.0
+            seconds[(check, device)] += sec
+            longest.append((sec, f"{suite['name']}.{t['name']}"))
+            for key, value in t.items():
+                if key.startswith("time_") and key.endswith("_ms"):
+                    try:
+                        phases[(check, device)][key[5:-3]] += float(value) / 1e3
+                    except ValueError:
+                        pass
+            if "reference_reused" in t:
+                reused[t["reference_reused"]] += 1
+            if "fd_evaluation" in t and device == "cuda":
+                how = t["fd_evaluation"]
+                fd_evaluation[(op, "eager (no graph)" if how.startswith("eager (no graph") else how)] += 1
             if "bitwise_reproducible" in t and status != "skipped":
                 direction = "backward" if check == "backward" else "forward"
                 repro[(op, direction, device, dtype)][t["bitwise_reproducible"]] += 1
@@ -109,6 +133,20 @@ def main():
         table("Largest errors against the reference (or finite differences):",
               ["op", "check", "dtype", "max abs error", "max rel error", "worst test"],
               [(*key, f"{a:.3g}", f"{r:.3g}", name) for key, (a, r, name) in sorted(max_err.items())])
+    if seconds:
+        names = sorted({p for c in phases.values() for p in c})
+        small = [k for k, v in seconds.items() if v < 1.0]  # the many one-off checks, as one row
+        if len(small) > 1:
+            seconds[("(checks under 1 s in all)", "-")] = sum(seconds.pop(k) for k in small)
+        table(f"Where the time went ({sum(seconds.values()):.0f} s of test time"
+              + (f"; references reused by {reused['true']} of {sum(reused.values())} checks" if reused else "") + "):",
+              ["check", "device", "seconds", *[f"{p} s" for p in names]],
+              [(c, d, f"{v:.1f}", *[f"{phases[(c, d)][p]:.1f}" for p in names])
+               for (c, d), v in sorted(seconds.items(), key=lambda kv: -kv[1])])
+        table("Longest tests:", ["seconds", "test"], [(f"{v:.2f}", n) for v, n in sorted(longest, reverse=True)[:10]])
+    if fd_evaluation:
+        table("CUDA finite differences evaluated as:", ["op", "evaluation", "checks"],
+              [(*k, n) for k, n in sorted(fd_evaluation.items())])
     if failures:
         out.append("Failures:")
         out.extend(failures[:50])

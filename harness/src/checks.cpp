@@ -4,10 +4,19 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -60,6 +69,121 @@ std::string skip_reason(const OpCase& c, Device device) {
   if (it != c.skip_reason.end()) return it->second;
   if (device == Device::kCuda && !cuda_available()) return cuda_unavailable_reason();
   return {};
+}
+
+// With DETOPS_PHASE_TIMES set, where a check's wall time went: time_<phase>_ms properties (the case's inputs,
+// the op under test, the reference, the comparison, finite differences). A CUDA check synchronizes the device
+// at each mark, so the op's time is its own, not the next phase's.
+class PhaseClock {
+ public:
+  PhaseClock(CheckResult& r, Device device) : r_(r), device_(device) {
+    static const bool on = [] {
+      const char* v = std::getenv("DETOPS_PHASE_TIMES");
+      return v != nullptr && *v != '\0' && std::string(v) != "0";
+    }();
+    enabled_ = on;
+    last_ = std::chrono::steady_clock::now();
+  }
+  void mark(const char* phase) {
+    if (!enabled_) return;
+    if (device_ == Device::kCuda) cudaDeviceSynchronize();
+    const auto now = std::chrono::steady_clock::now();
+    spent_[phase] += std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
+  }
+  ~PhaseClock() {
+    for (const auto& [phase, ms] : spent_) {
+      std::ostringstream os;
+      os.precision(4);
+      os << ms;
+      r_.properties[std::string("time_") + phase + "_ms"] = os.str();
+    }
+  }
+
+ private:
+  CheckResult& r_;
+  Device device_;
+  bool enabled_ = false;
+  std::chrono::steady_clock::time_point last_;
+  std::map<std::string, double> spent_;
+};
+
+// The last case's data and fp64 reference results, kept by the process: a case's checks run one after another
+// (registration order: CPU then CUDA, each dtype, forward and backward), so the CUDA check of a dtype finds the
+// reference its CPU check computed on the same rounded inputs (scripts/shard_suite.py keeps both in one process),
+// and every check of the case shares one make(). A reference result is reused only for bitwise-identical
+// inputs (and grad_outputs) with the same shapes and strides; anything else computes it anew.
+struct CaseMemo {
+  struct Reference {
+    bool backward = false;
+    DType dtype = DType::kFloat64;
+    Tensors inputs, grads, outputs, magnitudes;
+  };
+  const OpCase* c = nullptr;
+  std::shared_ptr<const CaseData> data;
+  std::deque<Reference> references;  // a deque: references to its elements survive push_back
+};
+
+CaseMemo& case_memo() {
+  static CaseMemo memo;
+  return memo;
+}
+
+// DETOPS_CASE_MEMO=0: every check makes its case and computes its reference anew (to rule the memo out).
+bool case_memo_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DETOPS_CASE_MEMO");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+std::shared_ptr<const CaseData> case_data(const OpCase& c) {
+  CaseMemo& m = case_memo();
+  if (m.c != &c || !m.data || !case_memo_enabled()) {
+    m.c = nullptr;
+    m.data.reset();
+    m.references.clear();
+    m.data = std::make_shared<const CaseData>(c.make(c.seed));
+    m.c = &c;
+  }
+  return m.data;
+}
+
+bool same_tensors(const Tensors& a, const Tensors& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].defined() != b[i].defined()) return false;
+    if (!a[i].defined()) continue;
+    if (a[i].strides() != b[i].strides() || !bitwise_equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+// The reference's outputs (and magnitudes) on `inputs` (and `grads`), computed by `compute` unless this case's
+// memo holds them for the same dtype and check. Sets the property reference_reused.
+template <typename Compute>
+const CaseMemo::Reference& memo_reference(CheckResult& r, const OpCase& c, bool backward, DType dtype,
+                                          const Tensors& inputs, const Tensors& grads, Compute&& compute) {
+  if (case_memo().c != &c) case_data(c);
+  CaseMemo& m = case_memo();
+  if (case_memo_enabled()) {
+    for (const CaseMemo::Reference& e : m.references) {
+      if (e.backward == backward && e.dtype == dtype && same_tensors(e.inputs, inputs) && same_tensors(e.grads, grads)) {
+        r.properties["reference_reused"] = "true";
+        return e;
+      }
+    }
+  }
+  CaseMemo::Reference e;
+  e.backward = backward;
+  e.dtype = dtype;
+  e.inputs = inputs;
+  e.grads = grads;
+  compute(e.outputs, e.magnitudes);
+  r.properties["reference_reused"] = "false";
+  m.references.push_back(std::move(e));
+  return m.references.back();
 }
 
 void record_common(CheckResult& r, const OpCase& c, const char* dtype, Device device) {
@@ -173,6 +297,93 @@ at::Tensor directional_value(const ForwardFn& f, const Tensors& x, const Tensors
   return total.defined() ? total : at::zeros({}, at::TensorOptions().dtype(at::kDouble));
 }
 
+// The directional value of one CUDA function captured once into a CUDA graph and replayed for each perturbation
+// of its input, on a stream of its own: one graph launch per evaluation instead of the function's launches and
+// its host synchronizations (a RoI op reads its invalid-row flag after every call, and with the suite's processes
+// sharing the GPU each synchronization waits for the others' time slices: 0.4-1.8 s per check, 45 times its
+// time alone). The graph's first replay must equal an eager evaluation on the same stream bitwise, else (and
+// when the function cannot be captured: a host synchronization, a data-dependent shape) the check runs eagerly.
+class GraphedDirectional {
+ public:
+  GraphedDirectional() : stream_(at::cuda::getStreamFromPool()) {}
+
+  // nullptr, with *why_not set, when the function cannot be replayed as a graph.
+  static std::unique_ptr<GraphedDirectional> capture(const ForwardFn& f, const Tensors& x, const Tensors& v,
+                                                     std::string* why_not) {
+    auto g = std::make_unique<GraphedDirectional>();
+    at::cuda::getCurrentCUDAStream().synchronize();  // x, v and the working copy are ready for the other stream
+    c10::cuda::CUDAStreamGuard guard(g->stream_);
+    try {
+      const at::Tensor eager = directional_value(f, x, v);  // also the warm-up: handles, workspaces, caches
+      g->graph_.capture_begin();
+      try {
+        g->value_ = directional_value(f, x, v);
+      } catch (...) {
+        try {
+          g->graph_.capture_end();
+        } catch (...) {
+        }
+        cudaGetLastError();
+        throw;
+      }
+      g->graph_.capture_end();
+      g->graph_.replay();
+      if (!bitwise_equal(g->value_, eager)) {
+        *why_not = "the graph's replay differs from an eager evaluation";
+        return nullptr;
+      }
+    } catch (const std::exception& e) {
+      cudaGetLastError();  // a refused capture leaves a (non-sticky) error behind
+      *why_not = error_text(e).substr(0, 200);
+      const c10::cuda::CUDAStream stream = g->stream_;
+      g.reset();
+      end_generator_capture(stream);
+      return nullptr;
+    }
+    return g;
+  }
+
+  const c10::cuda::CUDAStream& stream() const { return stream_; }
+
+  // A capture that failed part-way leaves the default CUDA generator in capture mode (CUDAGraph::capture_end
+  // ends it only after cudaStreamEndCapture succeeds), and the process's next random tensor on the device then
+  // throws ("Offset increment outside graph capture": 22 masked_conv2d bad-input checks failed so). A capture of
+  // nothing, which succeeds, ends it.
+  static void end_generator_capture(const c10::cuda::CUDAStream& stream) {
+    try {
+      c10::cuda::CUDAStreamGuard guard(stream);
+      at::cuda::CUDAGraph empty;
+      empty.capture_begin();
+      empty.capture_end();
+    } catch (const std::exception&) {
+    }
+    cudaGetLastError();
+  }
+
+  // The value at the input's current contents, queued on stream() (the caller's current stream).
+  at::Tensor evaluate() {
+    graph_.replay();
+    return value_.clone();
+  }
+
+ private:
+  c10::cuda::CUDAStream stream_;
+  at::cuda::CUDAGraph graph_;
+  at::Tensor value_;
+};
+
+bool fd_graphs_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DETOPS_FD_GRAPHS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+bool any_on_cuda(const Tensors& inputs) {
+  return std::any_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.defined() && t.is_cuda(); });
+}
+
 // Central finite differences of `forward` (fp64) at sampled elements of each differentiable input,
 // compared with `backward`'s gradient of sum_j <v_j, f_j> at the same elements.
 void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn& forward, const BackwardFn& backward,
@@ -182,6 +393,7 @@ void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn&
   const Tensors analytic = backward(inputs, v);
   constexpr std::int64_t kMaxSamples = 96;
   int points = 0;
+  std::string evaluation = any_on_cuda(inputs) ? "eager" : "cpu";
   for (size_t k = 0; k < d.differentiable.size(); ++k) {
     const size_t idx = d.differentiable[k];
     const at::Tensor x = inputs[idx].contiguous();
@@ -210,15 +422,26 @@ void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn&
     const at::Tensor work_flat = work.view(-1);
     Tensors perturbed = inputs;
     perturbed[idx] = work;
+    std::unique_ptr<GraphedDirectional> graphed;
+    if (work.is_cuda() && fd_graphs_enabled() && !sample.empty()) {
+      std::string why_not;
+      graphed = GraphedDirectional::capture(forward, perturbed, v, &why_not);
+      if (evaluation.rfind("eager (no graph", 0) != 0) {  // one input without a graph: the property says why
+        evaluation = graphed ? "cuda_graph" : "eager (no graph: " + why_not + ")";
+      }
+    }
+    // With a graph, every evaluation (the working copy's writes too) runs on its stream.
+    std::optional<c10::cuda::CUDAStreamGuard> on_graph_stream;
+    if (graphed) on_graph_stream.emplace(graphed->stream());
     Tensors plus, minus;
     std::vector<double> an;
     for (std::int64_t e : sample) {
       const double x_e = x_host[e].item<double>();
       at::Tensor slot = work_flat[e];
       slot.fill_(x_e + kFiniteDifferenceEps);
-      plus.push_back(directional_value(forward, perturbed, v));
+      plus.push_back(graphed ? graphed->evaluate() : directional_value(forward, perturbed, v));
       slot.fill_(x_e - kFiniteDifferenceEps);
-      minus.push_back(directional_value(forward, perturbed, v));
+      minus.push_back(graphed ? graphed->evaluate() : directional_value(forward, perturbed, v));
       slot.fill_(x_e);
       an.push_back(grad[e].item<double>());
       ++points;
@@ -236,6 +459,7 @@ void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn&
     r.comparisons.push_back(compare_tensors(an_t, fd_t, kFiniteDifferenceTolerance));
   }
   r.properties["fd_points"] = std::to_string(points);
+  r.properties["fd_evaluation"] = evaluation;
   summarize(r);
 }
 
@@ -278,29 +502,45 @@ at::ScalarType scalar_type_of(DType dtype) {
 Tensors materialize_inputs(const Tensors& master, DType dtype, Device device) {
   Tensors out;
   for (const at::Tensor& t : master) {
-    out.push_back(t.is_floating_point() ? t.to(torch_device(device), scalar_type_of(dtype)) : t.to(torch_device(device)));
+    at::Tensor m = t.is_floating_point() ? t.to(torch_device(device), scalar_type_of(dtype)) : t.to(torch_device(device));
+    // A copy where .to() returned the master itself (fp64 and index inputs on the CPU), strides kept: the case's
+    // data serves all its checks (case_data), so an op that wrote into its input must not change the next check's.
+    if (m.is_same(t) && t.is_non_overlapping_and_dense()) m = t.clone(at::MemoryFormat::Preserve);
+    out.push_back(m);
   }
   return out;
 }
 
 CheckResult check_forward(const OpSpec& op, const OpCase& c, DType dtype, Device device) {
   return run_case_check(c, dtype_name(dtype), device, [&](CheckResult& res) {
-    const CaseData d = c.make(c.seed);
+    PhaseClock clock(res, device);
+    const std::shared_ptr<const CaseData> data = case_data(c);
+    const CaseData& d = *data;
+    clock.mark("make");
     const Tensors in = materialize_inputs(d.inputs, dtype, device);
     const Tensors out1 = d.op_forward(in);
     const Tensors out2 = d.op_forward(in);
-    const Tensors ref = d.reference_forward(reference_view(in));
+    clock.mark("op");
+    const Tensors ref_in = reference_view(in);
+    const CaseMemo::Reference& reference =
+        memo_reference(res, c, /*backward=*/false, dtype, ref_in, {}, [&](Tensors& outputs, Tensors& magnitudes) {
+          outputs = d.reference_forward(ref_in);
+          if (!d.judge_forward && d.reference_forward_magnitude) magnitudes = d.reference_forward_magnitude(ref_in);
+        });
+    const Tensors& ref = reference.outputs;
+    clock.mark("reference");
     res.properties["input_shapes"] = shape_text(in);
     res.properties["output_shapes"] = shape_text(out1);
     if (!out1.empty() && output_dump_enabled()) {
       dump_output(op.name + ".forward." + c.name + "." + dtype_name(dtype) + "." + device_name(device), dtype_name(dtype),
                   out1[0]);
+      clock.mark("dump");
     }
     if (out1.size() != ref.size()) throw std::runtime_error("op and reference return different numbers of outputs");
     if (d.judge_forward) {
-      res.comparisons = d.judge_forward(reference_view(in), out1, ref, dtype);
+      res.comparisons = d.judge_forward(ref_in, out1, ref, dtype);
     } else {
-      const Tensors mag = d.reference_forward_magnitude ? d.reference_forward_magnitude(reference_view(in)) : Tensors{};
+      const Tensors& mag = reference.magnitudes;
       for (size_t i = 0; i < out1.size(); ++i) {
         res.comparisons.push_back(
             compare_tensors(out1[i], ref[i], op.tolerance(dtype), i < mag.size() ? mag[i] : at::Tensor()));
@@ -308,38 +548,52 @@ CheckResult check_forward(const OpSpec& op, const OpCase& c, DType dtype, Device
     }
     summarize(res);
     apply_determinism(res, op, device, /*backward=*/false, all_bitwise_equal(out1, out2));
+    clock.mark("compare");
   });
 }
 
 CheckResult check_backward(const OpSpec& op, const OpCase& c, DType dtype, Device device) {
   return run_case_check(c, dtype_name(dtype), device, [&](CheckResult& res) {
-    const CaseData d = c.make(c.seed);
+    PhaseClock clock(res, device);
+    const std::shared_ptr<const CaseData> data = case_data(c);
+    const CaseData& d = *data;
+    clock.mark("make");
     const Tensors in = materialize_inputs(d.inputs, dtype, device);
     const Tensors out = d.op_forward(in);
     const Tensors grads = grad_outputs_for(d, out, c.seed);
     const Tensors g1 = d.op_backward(in, grads);
     const Tensors g2 = d.op_backward(in, grads);
-    const Tensors ref = d.reference_backward(reference_view(in), reference_view(grads));
+    clock.mark("op");
+    const Tensors ref_in = reference_view(in), ref_grads = reference_view(grads);
+    const CaseMemo::Reference& reference =
+        memo_reference(res, c, /*backward=*/true, dtype, ref_in, ref_grads, [&](Tensors& outputs, Tensors& magnitudes) {
+          outputs = d.reference_backward(ref_in, ref_grads);
+          if (d.reference_backward_magnitude) magnitudes = d.reference_backward_magnitude(ref_in, ref_grads);
+        });
+    const Tensors& ref = reference.outputs;
+    const Tensors& mag = reference.magnitudes;
     res.properties["grad_output_strides"] = [&] {
       std::ostringstream os;
       for (const at::Tensor& g : grads) os << g.strides() << ' ';
       return os.str();
     }();
     if (g1.size() != ref.size()) throw std::runtime_error("op and reference backward return different numbers of grads");
-    const Tensors mag = d.reference_backward_magnitude
-                            ? d.reference_backward_magnitude(reference_view(in), reference_view(grads))
-                            : Tensors{};
+    clock.mark("reference");
     for (size_t i = 0; i < g1.size(); ++i) {
       res.comparisons.push_back(compare_tensors(g1[i], ref[i], op.tolerance(dtype), i < mag.size() ? mag[i] : at::Tensor()));
     }
     summarize(res);
     apply_determinism(res, op, device, /*backward=*/true, all_bitwise_equal(g1, g2));
+    clock.mark("compare");
   });
 }
 
 CheckResult check_gradient_finite_differences(const OpSpec& op, const OpCase& c, Device device) {
   return run_case_check(c, "fp64", device, [&](CheckResult& res) {
-    const CaseData d = c.make(c.seed);
+    PhaseClock clock(res, device);
+    const std::shared_ptr<const CaseData> data = case_data(c);
+    const CaseData& d = *data;
+    clock.mark("make");
     if (!d.gradcheck_skip_reason.empty()) {
       res.outcome = Outcome::kSkipped;
       res.message = d.gradcheck_skip_reason;
@@ -348,6 +602,7 @@ CheckResult check_gradient_finite_differences(const OpSpec& op, const OpCase& c,
     const Tensors x0 = materialize_inputs(d.inputs, DType::kFloat64, device);
     finite_difference_check(res, d, differentiated_function(res, d.op_forward, d.op_gradient_target, x0),
                             d.op_backward, x0, c.seed);
+    clock.mark("fd");
   });
 }
 
@@ -355,7 +610,10 @@ CheckResult check_reference_gradient(const OpSpec& op, const OpCase& c) {
   CheckResult r;
   record_common(r, c, "fp64", Device::kCpu);
   return guarded(r, [&](CheckResult& res) {
-    const CaseData d = c.make(c.seed);
+    PhaseClock clock(res, Device::kCpu);
+    const std::shared_ptr<const CaseData> data = case_data(c);
+    const CaseData& d = *data;
+    clock.mark("make");
     if (!d.gradcheck_skip_reason.empty()) {
       res.outcome = Outcome::kSkipped;
       res.message = d.gradcheck_skip_reason;
@@ -364,6 +622,7 @@ CheckResult check_reference_gradient(const OpSpec& op, const OpCase& c) {
     const Tensors x0 = materialize_inputs(d.inputs, DType::kFloat64, Device::kCpu);
     finite_difference_check(res, d, differentiated_function(res, d.reference_forward, d.reference_gradient_target, x0),
                             d.reference_backward, x0, c.seed);
+    clock.mark("fd");
   });
 }
 

@@ -83,14 +83,21 @@ constexpr std::int64_t deform_conv2d_column_capacity(const DeformConv2dShape& s)
 //   grad_columns   n * P_pad * C_in kh kw   acc
 //   grad_input_cl  n * H W * C_in       acc  the chunk's input gradient, channels last
 //   grad_weight_cl C_out * C_in kh kw / groups    acc
+//   partials       kDeformConv2dWideThreads / 32 * 3   acc   per warp of a point spread over several warps: its
+//                                                partial offset (dy, dx) and mask gradient sums
 // and, only when P_pad != P,
 //   padded         n * C_out * P_pad    T    the forward's GEMM output, the backward's copy of grad (zeros past P)
 // where P_pad = deform_conv2d_padded_positions: P rounded up to 16 bytes of T (unless that adds more than P / 8
 // rows: then P). The GEMMs run over P_pad positions,
 // so every operand's contiguous extent is 16-byte aligned: with P itself (25 x 42 = 1050 at ResNet-50's stage
 // 5) cuBLAS falls back to its align-2 / align-1 kernels, 2-4x slower.
+// The most threads the CUDA launchers give the points of a chunk that has few (a 1x1 map of 2^31 channels has one
+// point per tap): 2^21, up to 2^20 per point.
+inline constexpr std::int64_t kDeformConv2dWideThreads = std::int64_t{1} << 21;
+
 struct DeformConv2dWorkspace {
   std::int64_t columns = 0, input_cl = 0, weight_cl = 0, grad_columns = 0, grad_input_cl = 0, grad_weight_cl = 0;
+  std::int64_t partials = 0;
   std::int64_t padded = -1;  // -1: no padded part (P is aligned)
   std::int64_t bytes = 0;    // the total
 };
@@ -136,6 +143,7 @@ constexpr DeformConv2dWorkspace deform_conv2d_workspace(const DeformConv2dShape&
     w.grad_columns = take(columns * acc_bytes);
     w.grad_input_cl = take(pixels * acc_bytes);
     w.grad_weight_cl = take(weight * acc_bytes);
+    w.partials = take(kDeformConv2dWideThreads / 32 * 3 * acc_bytes);
   }
   if (padded != s.positions()) w.padded = take(n * s.out_channels * padded * element_bytes);
   w.bytes = at;

@@ -189,24 +189,29 @@ __global__ void __launch_bounds__(kThreads)
 
 // The sampling pass of the backward, one point per `lanes` threads: the input gradient (grad_columns times the
 // mask, scattered onto the point's corners), d/d dy, d/d dx and d/d mask summed over the offset group's channels
-// (each lane its runs in order, then a shuffle tree over the point's lanes), and the point's columns (the
-// forward's im2col) for the weight gradient.
+// (each lane its runs in order, then a shuffle tree over the warp's lanes of the point), and the point's columns
+// (the forward's im2col) for the weight gradient. lanes <= 32: lane 0 writes the point's gradients. lanes > 32 (a
+// multiple of 32: few points of very many channels): lane 0 of each warp writes the warp's sums to
+// partials[point * lanes / 32 + warp], and deform_conv2d_offset_grad_partials_kernel adds them in warp order.
 template <typename T, typename Index, int V>
 __global__ void __launch_bounds__(kThreads)
     deform_conv2d_sample_grad_kernel(P p, S s, std::int64_t batch_count, int lanes, const acc_t<T>* __restrict__ grad_columns,
                                      const T* __restrict__ input_cl, const T* __restrict__ offset,
                                      const T* __restrict__ mask, acc_t<T>* __restrict__ grad_input_cl,
-                                     T* __restrict__ columns, T* __restrict__ grad_offset, T* __restrict__ grad_mask) {
+                                     T* __restrict__ columns, T* __restrict__ grad_offset, T* __restrict__ grad_mask,
+                                     acc_t<T>* __restrict__ partials) {
   using Acc = acc_t<T>;
   const DeformGeometry<Index> geo(p, s);
   const ChannelsLast<Index> cl = channels_last<T, Index>(p, s);
   const Index lane_count = lanes, runs = geo.channels_per_offset_group / V;
   const Index points = static_cast<Index>(batch_count) * geo.positions * geo.taps * geo.offset_groups;
-  // The lanes of a point are `lanes` adjacent lanes of one warp (lanes divides 32), all active together: a
-  // point's threads enter and leave the grid-stride loop in the same iteration.
+  // The lanes of a point are `lanes` adjacent lanes of one warp (lanes divides 32) or whole warps (lanes a
+  // multiple of 32), all active together: a warp's threads enter and leave the grid-stride loop in the same
+  // iteration (the stride is a multiple of 32, and so is the thread count when lanes >= 32).
   const unsigned lane_in_warp = threadIdx.x % 32;
+  const int width = lanes < 32 ? lanes : 32;  // the lanes of a point within one warp
   const unsigned group_mask =
-      lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << (lane_in_warp / static_cast<unsigned>(lanes) * lanes);
+      width == 32 ? 0xffffffffu : ((1u << width) - 1u) << (lane_in_warp / static_cast<unsigned>(width) * width);
   grid_stride_for<Index>(points * lane_count, [&](Index e) {
     const DeformPoint<Acc, Index> q = deform_point<Acc>(geo, e, lane_count, offset, mask);
     DeformCell<Acc, Index> cell;
@@ -260,16 +265,50 @@ __global__ void __launch_bounds__(kThreads)
         scatter(in11, cell.y0 + 1, cell.x0 + 1, w11);
       }
     }
-    for (int step = lanes / 2; step > 0; step /= 2) {
-      gy += __shfl_xor_sync(group_mask, gy, step, lanes);
-      gx += __shfl_xor_sync(group_mask, gx, step, lanes);
-      gm += __shfl_xor_sync(group_mask, gm, step, lanes);
+    for (int step = width / 2; step > 0; step /= 2) {
+      gy += __shfl_xor_sync(group_mask, gy, step, width);
+      gx += __shfl_xor_sync(group_mask, gx, step, width);
+      gm += __shfl_xor_sync(group_mask, gm, step, width);
     }
-    if (q.lane == 0) {
+    if (lanes > 32) {
+      if (lane_in_warp == 0) {
+        Acc* slot = partials + 3 * (e / 32);  // e / 32 = point * (lanes / 32) + the point's warp
+        slot[0] = gy;
+        slot[1] = gx;
+        slot[2] = gm;
+      }
+    } else if (q.lane == 0) {
       grad_offset[q.offset_at] = from_acc<T>(gy * q.m);
       grad_offset[q.offset_at + geo.positions] = from_acc<T>(gx * q.m);
       if (grad_mask != nullptr) grad_mask[q.mask_at] = from_acc<T>(gm);
     }
+  });
+}
+
+// The offset and mask gradients of points spread over lanes / 32 warps: each point's warp sums (partials, written
+// by deform_conv2d_sample_grad_kernel) added in warp order.
+template <typename T, typename Index>
+__global__ void __launch_bounds__(kThreads)
+    deform_conv2d_offset_grad_partials_kernel(P p, S s, std::int64_t batch_count, int lanes,
+                                              const T* __restrict__ offset, const T* __restrict__ mask,
+                                              const acc_t<T>* __restrict__ partials, T* __restrict__ grad_offset,
+                                              T* __restrict__ grad_mask) {
+  using Acc = acc_t<T>;
+  const DeformGeometry<Index> geo(p, s);
+  const Index lane_count = lanes, warps = lane_count / 32;
+  const Index points = static_cast<Index>(batch_count) * geo.positions * geo.taps * geo.offset_groups;
+  grid_stride_for<Index>(points, [&](Index point) {
+    const DeformPoint<Acc, Index> q = deform_point<Acc>(geo, point * lane_count, lane_count, offset, mask);
+    Acc gy = 0, gx = 0, gm = 0;
+    for (Index w = 0; w < warps; ++w) {
+      const Acc* slot = partials + 3 * (point * warps + w);
+      gy += slot[0];
+      gx += slot[1];
+      gm += slot[2];
+    }
+    grad_offset[q.offset_at] = from_acc<T>(gy * q.m);
+    grad_offset[q.offset_at + geo.positions] = from_acc<T>(gx * q.m);
+    if (grad_mask != nullptr) grad_mask[q.mask_at] = from_acc<T>(gm);
   });
 }
 
@@ -307,6 +346,8 @@ const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, con
                          &deform_conv2d_sample_grad_kernel<T, Index, 1>);
   register_instantiation("deform_conv2d", "deform_conv2d_sample_grad_kernel", targs + ",run",
                          &deform_conv2d_sample_grad_kernel<T, Index, kRun<T>>);
+  register_instantiation("deform_conv2d", "deform_conv2d_offset_grad_partials_kernel", targs,
+                         &deform_conv2d_offset_grad_partials_kernel<T, Index>);
   register_instantiation("deform_conv2d", "deform_conv2d_fill_bias_kernel", targs,
                          &deform_conv2d_fill_bias_kernel<T, Index>);
   register_instantiation("deform_conv2d", "deform_conv2d_copy_rows_kernel", targs,
@@ -351,7 +392,7 @@ T* at(void* base, std::int64_t elements) {
 template <typename T>
 struct Parts {
   T *columns, *input_cl, *weight_cl;
-  acc_t<T> *grad_columns, *grad_input_cl, *grad_weight_cl;
+  acc_t<T> *grad_columns, *grad_input_cl, *grad_weight_cl, *partials;
   T* padded;  // nullptr when P_pad == P (deform_conv2d.h)
 };
 
@@ -367,7 +408,7 @@ Parts<T> carve(const P& p, const DeformConv2dProblem& a, bool backward) {
   return {reinterpret_cast<T*>(base + w.columns), reinterpret_cast<T*>(base + w.input_cl),
           reinterpret_cast<T*>(base + w.weight_cl), reinterpret_cast<acc_t<T>*>(base + w.grad_columns),
           reinterpret_cast<acc_t<T>*>(base + w.grad_input_cl), reinterpret_cast<acc_t<T>*>(base + w.grad_weight_cl),
-          w.padded < 0 ? nullptr : reinterpret_cast<T*>(base + w.padded)};
+          reinterpret_cast<acc_t<T>*>(base + w.partials), w.padded < 0 ? nullptr : reinterpret_cast<T*>(base + w.padded)};
 }
 
 // How a point's channels spread over threads: runs of `run` elements, `lanes` threads per point (a power of
@@ -388,11 +429,27 @@ Spread spread(const P& p, const S& s, std::int64_t max_lanes) {
 }
 
 // The lanes per point of a kernel without a reduction over them (the forward's im2col): a warp, or, for a chunk
-// of few points (a 1x1 map of 2^31 channels has one per tap), up to 2^21 threads in all.
+// of few points (a 1x1 map of 2^31 channels has one per tap), up to kDeformConv2dWideThreads in all.
 std::int64_t wide_lanes(const P& p, const S& s, const Chunk& ch) {
   const std::int64_t points = ch.count * s.positions() * s.kernel_taps() * p.offset_groups;
   std::int64_t lanes = 32;
-  while (lanes < (std::int64_t{1} << 20) && lanes * 2 * points <= (std::int64_t{1} << 21)) lanes *= 2;
+  while (lanes < (std::int64_t{1} << 20) && lanes * 2 * points <= kDeformConv2dWideThreads) lanes *= 2;
+  return lanes;
+}
+
+// The lanes per point of the backward's sampling pass: at most a warp (its sums reduced with shuffles), unless
+// each of 32 lanes would run more than 64 of the offset group's channel runs (few points of very many channels:
+// one point of 2^31 - 1 channels took 37 s on an H200 with 32 lanes of 2^26 runs each). Then more warps, up to
+// kDeformConv2dWideThreads threads in the chunk, whose partial sums a second pass adds in warp order.
+template <typename T>
+std::int64_t backward_lanes(const P& p, const S& s, const Chunk& ch) {
+  const Spread sp = spread<T>(p, s, 32);
+  const std::int64_t runs = s.in_channels / p.offset_groups / (sp.vector ? kRun<T> : 1);
+  const std::int64_t points = ch.count * s.positions() * s.kernel_taps() * p.offset_groups;
+  std::int64_t lanes = sp.lanes;
+  while (lanes >= 32 && lanes < (std::int64_t{1} << 20) && runs > lanes * 64 && lanes * 2 * points <= kDeformConv2dWideThreads) {
+    lanes *= 2;
+  }
   return lanes;
 }
 
@@ -542,11 +599,21 @@ void launch_deform_conv2d_backward(const P& p, const DeformConv2dBackwardArgs& a
       }
       transpose(at<T>(a.input, ch.b0 * s.in_channels * pixels), w.input_cl, ch.count, s.in_channels, pixels, stream);
       DETOPS_CUDA_CHECK(cudaMemsetAsync(w.grad_input_cl, 0, ch.count * s.in_channels * pixels * sizeof(Acc), stream));
+      const std::int64_t lanes = backward_lanes<T>(p, s, ch);
+      const T* chunk_offset = at<T>(a.offset, ch.b0 * offset_rows * pos);
+      const T* chunk_mask = p.use_mask ? at<T>(a.mask, ch.b0 * mask_rows * pos) : nullptr;
+      T* chunk_grad_offset = at<T>(a.grad_offset, ch.b0 * offset_rows * pos);
+      T* chunk_grad_mask = p.use_mask ? at<T>(a.grad_mask, ch.b0 * mask_rows * pos) : nullptr;
       launch_points<T>(
           [](auto i, auto run) { return &deform_conv2d_sample_grad_kernel<T, type_of<decltype(i)>, decltype(run)::value>; },
-          p, s, ch, stream, 32, w.grad_columns, w.input_cl, at<T>(a.offset, ch.b0 * offset_rows * pos),
-          p.use_mask ? at<T>(a.mask, ch.b0 * mask_rows * pos) : nullptr, w.grad_input_cl, w.columns,
-          at<T>(a.grad_offset, ch.b0 * offset_rows * pos), p.use_mask ? at<T>(a.grad_mask, ch.b0 * mask_rows * pos) : nullptr);
+          p, s, ch, stream, lanes, w.grad_columns, w.input_cl, chunk_offset, chunk_mask, w.grad_input_cl, w.columns,
+          chunk_grad_offset, chunk_grad_mask, w.partials);
+      if (lanes > 32) {
+        const std::int64_t points = ch.count * s.positions() * s.kernel_taps() * p.offset_groups;
+        launch_index_width([](auto i) { return &deform_conv2d_offset_grad_partials_kernel<T, type_of<decltype(i)>>; },
+                           points, kThreads, ch.fits32, stream, p, s, ch.count, static_cast<int>(lanes), chunk_offset,
+                           chunk_mask, w.partials, chunk_grad_offset, chunk_grad_mask);
+      }
       channels_last_to_first<Acc, T>(w.grad_input_cl, at<T>(a.grad_input, ch.b0 * s.in_channels * pixels), ch.count,
                                      pixels, s.in_channels, stream);
       zero_pad_rows(w.columns, ch.count, pos, gld, s.column_rows(), stream);

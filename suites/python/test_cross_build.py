@@ -99,6 +99,25 @@ def test_balanced_partition_evens_out_the_expected_time():
     assert sorted(len(lst) for lst in lists) == [0, 0, 1, 1]
 
 
+
+def test_cpu_and_cuda_checks_sharing_a_reference_go_to_one_shard():
+    import shard_suite
+    names = ["nms.forward.a.fp32.cpu", "nms.forward.a.fp16.cpu", "nms.backward.a.fp32.cpu",
+             "nms.gradcheck_fd.a.fp64.cpu", "nms.forward.a.fp32.cuda", "nms.forward.a.fp16.cuda",
+             "nms.backward.a.fp32.cuda", "nms.gradcheck_fd.a.fp64.cuda", "nms.bad_input.x.cuda"]
+    times = {n: 1.0 for n in names}
+    assert shard_suite.share_key("nms.forward.a.fp32.cuda") == shard_suite.share_key("nms.forward.a.fp32.cpu")
+    assert shard_suite.share_key("nms.forward.a.fp32.cuda") != shard_suite.share_key("nms.forward.a.fp16.cuda")
+    assert shard_suite.share_key("nms.forward.a.fp32.cuda") != shard_suite.share_key("nms.backward.a.fp32.cuda")
+    # finite differences on the CUDA op share nothing with the CPU op's: no pair
+    assert shard_suite.share_key("nms.gradcheck_fd.a.fp64.cuda") == "nms.gradcheck_fd.a.fp64.cuda"
+    lists, expected = shard_suite.balanced_partition(names, times, 4)
+    where = {n: i for i, lst in enumerate(lists) for n in lst}
+    for dtype, check in (("fp32", "forward"), ("fp16", "forward"), ("fp32", "backward")):
+        assert where[f"nms.{check}.a.{dtype}.cpu"] == where[f"nms.{check}.a.{dtype}.cuda"]
+    assert sorted(n for lst in lists for n in lst) == sorted(names)
+    assert max(expected) == 3.0 and sum(expected) == 9.0  # pairs of 2 s and singles of 1 s over 4 shards
+
 def test_timings_are_read_from_reports_and_bad_files_are_not_used(tmp_path, capsys):
     import gzip as gz
     import shard_suite
@@ -293,3 +312,23 @@ def test_records_point_at_the_output_dumps_beside_them(tmp_path):
                          "compare.attach_output_dumps(sys.argv[2])", str(ROOT / "scripts"), str(rec)], check=True)
     assert json.loads(rec.read_text())["outputs"] == {"dir": "outputs", "index": "outputs/index.json"}
     assert compare.load_record(rec)["benchmarks"] == json.loads(before)["benchmarks"]
+
+
+def test_correctness_summary_says_where_the_time_went(tmp_path):
+    rec = {"testsuites": [
+        {"name": "roi_align.forward", "testsuite": [
+            {"name": "a.fp32.cpu", "time": "2.5s", "reference_reused": "false", "time_reference_ms": "2000"},
+            {"name": "a.fp32.cuda", "time": "0.5s", "reference_reused": "true", "time_reference_ms": "0"}]},
+        {"name": "roi_align.gradcheck_fd", "testsuite": [
+            {"name": "a.fp64.cuda", "time": "1.25s", "fd_evaluation": "cuda_graph"},
+            {"name": "b.fp64.cuda", "time": "4s", "fd_evaluation": "eager (no graph: CUDA error: operation not permitted)"}]},
+        {"name": "roi_align.bad_input", "testsuite": [{"name": "x.cuda", "time": "0.25s"}, {"name": "y.cuda", "time": "0.5s"}]}]}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(rec))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "summarize_correctness.py"), str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "Where the time went (9 s of test time; references reused by 1 of 2 checks)" in out
+    assert "| gradcheck_fd | cuda | 5.2 |" in out and "| forward | cpu | 2.5 | 2.0 |" in out
+    assert "| (checks under 1 s in all) | - | 1.2 |" in out  # forward.cuda 0.5 + bad_input 0.75
+    assert "| roi_align | cuda_graph | 1 |" in out and "| roi_align | eager (no graph) | 1 |" in out
+    assert out.index("4.00 | roi_align.gradcheck_fd.b.fp64.cuda") < out.index("2.50 | roi_align.forward.a.fp32.cpu")

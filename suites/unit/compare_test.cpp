@@ -1,10 +1,12 @@
 // The comparison helpers against known pairs.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
+#include "detops/harness/checks.h"
 #include "detops/harness/compare.h"
 
 namespace detops::harness {
@@ -107,6 +109,73 @@ TEST(CompareTensors, DescribeNamesOutcomeAndWorstElement) {
   EXPECT_NE(d.find("mismatch"), std::string::npos);
   EXPECT_NE(d.find("[1]"), std::string::npos);
   EXPECT_NE(d.find("mismatches=1/2"), std::string::npos);
+}
+
+// Operands of 2^20 elements or more that all lie on one CUDA device are compared there: every figure must be the
+// host loop's, bit for bit: the maxima, the mismatch count, and the worst element (the first of the largest
+// excess: here two elements tie for it, and NaN / inf mismatches, which count as infinite excess, come later).
+TEST(CompareTensors, DeviceComparisonGivesTheHostLoopsFiguresExactly) {
+  if (!cuda_available()) GTEST_SKIP() << "the device comparison needs a GPU: " << cuda_unavailable_reason();
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(20261125);
+  const std::int64_t rows = 1024, cols = 1031;  // 1,055,744 elements: past the 2^20 threshold
+  const at::Tensor expected = at::randn({rows, cols}, gen, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor actual = expected + 1e-7 * at::randn({rows, cols}, gen, at::TensorOptions().dtype(at::kDouble));
+  const at::Tensor magnitude = expected.abs() + at::rand({rows, cols}, gen, at::TensorOptions().dtype(at::kDouble));
+  auto a = actual.view(-1), e = expected.view(-1);
+  e[10] = 0.0;                 // a zero expected value: no relative error there
+  a[10] = 1e-9;
+  for (const std::int64_t i : {777, 900000}) {  // two equal excesses (exact in fp16 too): the first one is the worst
+    e[i] = 1.0;
+    a[i] = 1.5;
+    magnitude.view(-1)[i] = 1.0;
+  }
+  e[900001] = 0.0;
+  a[900001] = 0.0;
+  a[5000] = std::numeric_limits<double>::quiet_NaN();  // NaN in one only: a mismatch
+  a[5001] = std::numeric_limits<double>::quiet_NaN();  // NaN in both: agreement
+  e[5001] = std::numeric_limits<double>::quiet_NaN();
+  a[6000] = INFINITY;                                   // inf against a finite value
+  a[6001] = -INFINITY;                                  // matching infinities
+  e[6001] = -INFINITY;
+  const Tolerance tol{1e-6, 1e-3};
+  at::Tensor finite_actual = actual.clone();  // the NaN and the inf mismatch replaced: the tie decides the worst
+  finite_actual.view(-1)[5000] = e[5000].item<double>();
+  finite_actual.view(-1)[6000] = e[6000].item<double>();
+  for (const bool nonfinite : {true, false})
+  for (const bool with_magnitude : {false, true}) {
+    for (const at::ScalarType st : {at::kDouble, at::kHalf}) {
+      const at::Tensor act = (nonfinite ? actual : finite_actual).to(st);
+      const at::Tensor mag = with_magnitude ? magnitude : at::Tensor();
+      const CompareResult host = compare_tensors(act, expected, tol, mag);
+      const CompareResult device = compare_tensors(act.to(at::kCUDA), expected.to(at::kCUDA), tol,
+                                                   with_magnitude ? mag.to(at::kCUDA) : at::Tensor());
+      SCOPED_TRACE(std::string(c10::toString(st)) + (with_magnitude ? " with magnitude" : "") +
+                   (nonfinite ? " with NaN and inf" : ""));
+      EXPECT_TRUE(host.outcome == Outcome::kMismatch);
+      EXPECT_TRUE(device.outcome == host.outcome);
+      EXPECT_EQ(device.mismatches, host.mismatches);
+      EXPECT_EQ(host.mismatches, nonfinite ? 4 : 2);  // 777, 900000 (and the NaN and inf ones)
+      EXPECT_EQ(device.max_abs_error, host.max_abs_error);
+      EXPECT_EQ(device.max_rel_error, host.max_rel_error);
+      EXPECT_EQ(device.worst_index, host.worst_index);
+      EXPECT_EQ(device.worst_coords, host.worst_coords);
+      const auto same = [](double x, double y) { return (std::isnan(x) && std::isnan(y)) || x == y; };
+      EXPECT_TRUE(same(device.worst_actual, host.worst_actual)) << device.worst_actual << " vs " << host.worst_actual;
+      EXPECT_TRUE(same(device.worst_expected, host.worst_expected)) << device.worst_expected << " vs " << host.worst_expected;
+      if (nonfinite) {
+        EXPECT_EQ(host.worst_index, 5000);  // the first infinite excess: a NaN where a number was expected
+      } else {
+        EXPECT_EQ(host.worst_index, 777);
+      }
+      EXPECT_EQ(device.describe(), host.describe());
+    }
+  }
+  // Within tolerance everywhere: passed, no worst element past it, the same figures.
+  const at::Tensor close = expected.clone().view(-1).narrow(0, 20, 1 << 20);
+  const at::Tensor near = close + 1e-9;
+  const CompareResult host = compare_tensors(near, close, tol), device = compare_tensors(near.cuda(), close.cuda(), tol);
+  EXPECT_TRUE(host.outcome == Outcome::kPassed && device.outcome == Outcome::kPassed);
+  EXPECT_EQ(device.describe(), host.describe());
 }
 
 TEST(BitwiseEqual, DistinguishesLastBitAndNaNPayloads) {
