@@ -111,8 +111,11 @@ class PhaseClock {
 // The last case's data and fp64 reference results, kept by the process: a case's checks run one after another
 // (registration order: CPU then CUDA, each dtype, forward and backward), so the CUDA check of a dtype finds the
 // reference its CPU check computed on the same rounded inputs (scripts/shard_suite.py keeps both in one process),
-// and every check of the case shares one make(). A reference result is reused only for bitwise-identical
-// inputs (and grad_outputs) with the same shapes and strides; anything else computes it anew.
+// and every check of the case shares one make(). A CPU check keeps its reference only when the case's CUDA checks
+// can run here, and the CUDA check that reuses it lets it go (held for the whole case, the H200's CPU checks took
+// 629 s together instead of 449: later checks allocated, and page-faulted, fresh memory). A reference is
+// reused only for bitwise-identical inputs (and grad_outputs) with the same shapes and strides; anything else
+// computes it anew.
 struct CaseMemo {
   struct Reference {
     bool backward = false;
@@ -121,7 +124,7 @@ struct CaseMemo {
   };
   const OpCase* c = nullptr;
   std::shared_ptr<const CaseData> data;
-  std::deque<Reference> references;  // a deque: references to its elements survive push_back
+  std::deque<Reference> references;  // kept by CPU checks until their CUDA twins take them
 };
 
 CaseMemo& case_memo() {
@@ -160,16 +163,20 @@ bool same_tensors(const Tensors& a, const Tensors& b) {
   return true;
 }
 
-// The reference's outputs (and magnitudes) on `inputs` (and `grads`), computed by `compute` unless this case's
-// memo holds them for the same dtype and check. Sets the property reference_reused.
+// The reference's outputs (and magnitudes) on `inputs` (and `grads`) for the check of `device`: on CUDA the ones
+// the case's CPU check of the same dtype and direction kept, if its inputs were the same; else computed by
+// `compute`. Sets the property reference_reused.
 template <typename Compute>
-const CaseMemo::Reference& memo_reference(CheckResult& r, const OpCase& c, bool backward, DType dtype,
-                                          const Tensors& inputs, const Tensors& grads, Compute&& compute) {
+CaseMemo::Reference memo_reference(CheckResult& r, const OpCase& c, Device device, bool backward, DType dtype,
+                                   const Tensors& inputs, const Tensors& grads, Compute&& compute) {
   if (case_memo().c != &c) case_data(c);
   CaseMemo& m = case_memo();
-  if (case_memo_enabled()) {
-    for (const CaseMemo::Reference& e : m.references) {
-      if (e.backward == backward && e.dtype == dtype && same_tensors(e.inputs, inputs) && same_tensors(e.grads, grads)) {
+  if (case_memo_enabled() && device == Device::kCuda) {
+    for (auto it = m.references.begin(); it != m.references.end(); ++it) {
+      if (it->backward == backward && it->dtype == dtype && same_tensors(it->inputs, inputs) &&
+          same_tensors(it->grads, grads)) {
+        CaseMemo::Reference e = std::move(*it);
+        m.references.erase(it);
         r.properties["reference_reused"] = "true";
         return e;
       }
@@ -178,12 +185,14 @@ const CaseMemo::Reference& memo_reference(CheckResult& r, const OpCase& c, bool 
   CaseMemo::Reference e;
   e.backward = backward;
   e.dtype = dtype;
-  e.inputs = inputs;
-  e.grads = grads;
   compute(e.outputs, e.magnitudes);
   r.properties["reference_reused"] = "false";
-  m.references.push_back(std::move(e));
-  return m.references.back();
+  if (case_memo_enabled() && device == Device::kCpu && cuda_available() && c.skip_reason.count(Device::kCuda) == 0) {
+    e.inputs = inputs;
+    e.grads = grads;
+    m.references.push_back(e);
+  }
+  return e;
 }
 
 void record_common(CheckResult& r, const OpCase& c, const char* dtype, Device device) {
@@ -522,8 +531,8 @@ CheckResult check_forward(const OpSpec& op, const OpCase& c, DType dtype, Device
     const Tensors out2 = d.op_forward(in);
     clock.mark("op");
     const Tensors ref_in = reference_view(in);
-    const CaseMemo::Reference& reference =
-        memo_reference(res, c, /*backward=*/false, dtype, ref_in, {}, [&](Tensors& outputs, Tensors& magnitudes) {
+    const CaseMemo::Reference reference =
+        memo_reference(res, c, device, /*backward=*/false, dtype, ref_in, {}, [&](Tensors& outputs, Tensors& magnitudes) {
           outputs = d.reference_forward(ref_in);
           if (!d.judge_forward && d.reference_forward_magnitude) magnitudes = d.reference_forward_magnitude(ref_in);
         });
@@ -565,8 +574,8 @@ CheckResult check_backward(const OpSpec& op, const OpCase& c, DType dtype, Devic
     const Tensors g2 = d.op_backward(in, grads);
     clock.mark("op");
     const Tensors ref_in = reference_view(in), ref_grads = reference_view(grads);
-    const CaseMemo::Reference& reference =
-        memo_reference(res, c, /*backward=*/true, dtype, ref_in, ref_grads, [&](Tensors& outputs, Tensors& magnitudes) {
+    const CaseMemo::Reference reference =
+        memo_reference(res, c, device, /*backward=*/true, dtype, ref_in, ref_grads, [&](Tensors& outputs, Tensors& magnitudes) {
           outputs = d.reference_backward(ref_in, ref_grads);
           if (d.reference_backward_magnitude) magnitudes = d.reference_backward_magnitude(ref_in, ref_grads);
         });
