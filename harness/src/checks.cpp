@@ -71,16 +71,20 @@ std::string skip_reason(const OpCase& c, Device device) {
   return {};
 }
 
+// An on/off environment setting: unset or empty gives `fallback`, "0" off, anything else on.
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return std::string(v) != "0";
+}
+
 // With DETOPS_PHASE_TIMES set, where a check's wall time went: time_<phase>_ms properties (the case's inputs,
 // the op under test, the reference, the comparison, finite differences). A CUDA check synchronizes the device
 // at each mark, so the op's time is its own, not the next phase's.
 class PhaseClock {
  public:
   PhaseClock(CheckResult& r, Device device) : r_(r), device_(device) {
-    static const bool on = [] {
-      const char* v = std::getenv("DETOPS_PHASE_TIMES");
-      return v != nullptr && *v != '\0' && std::string(v) != "0";
-    }();
+    static const bool on = env_flag("DETOPS_PHASE_TIMES", false);
     enabled_ = on;
     last_ = std::chrono::steady_clock::now();
   }
@@ -134,10 +138,7 @@ CaseMemo& case_memo() {
 
 // DETOPS_CASE_MEMO=0: every check makes its case and computes its reference anew (to rule the memo out).
 bool case_memo_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DETOPS_CASE_MEMO");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool on = env_flag("DETOPS_CASE_MEMO", true);
   return on;
 }
 
@@ -382,10 +383,7 @@ class GraphedDirectional {
 };
 
 bool fd_graphs_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DETOPS_FD_GRAPHS");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool on = env_flag("DETOPS_FD_GRAPHS", true);
   return on;
 }
 

@@ -62,6 +62,47 @@ void compare_elements_as_tensors(CompareResult& r, const at::Tensor& actual, con
   }
 }
 
+// compare_tensors' element loop on the host: the figures, the mismatch count and the worst element with its values.
+void compare_elements_on_host(CompareResult& r, const at::Tensor& actual, const at::Tensor& expected, Tolerance tol,
+                              const at::Tensor& magnitude) {
+  const at::Tensor a = actual.detach().to(at::kCPU).to(at::kDouble).contiguous();
+  const at::Tensor e = expected.detach().to(at::kCPU).to(at::kDouble).contiguous();
+  const at::Tensor m = magnitude.defined() ? magnitude.detach().to(at::kCPU).to(at::kDouble).contiguous() : at::Tensor();
+  const double* pa = a.data_ptr<double>();
+  const double* pe = e.data_ptr<double>();
+  const double* pm = m.defined() ? m.data_ptr<double>() : nullptr;
+  double worst_excess = -1;  // |a-e| / (atol + rtol|e|), or +inf for a NaN/inf mismatch
+  for (std::int64_t i = 0; i < r.numel; ++i) {
+    const double x = pa[i], y = pe[i];
+    double excess = 0;
+    bool bad = false;
+    if (std::isnan(x) || std::isnan(y)) {
+      bad = std::isnan(x) != std::isnan(y);
+      excess = bad ? INFINITY : 0;
+    } else if (std::isinf(x) || std::isinf(y)) {
+      bad = x != y;
+      excess = bad ? INFINITY : 0;
+    } else {
+      const double err = std::fabs(x - y);
+      r.max_abs_error = std::max(r.max_abs_error, err);
+      if (y != 0) r.max_rel_error = std::max(r.max_rel_error, err / std::fabs(y));
+      const double scale = pm != nullptr ? std::max(std::fabs(y), std::fabs(pm[i])) : std::fabs(y);
+      const double allowed = tol.atol + tol.rtol * scale;
+      bad = err > allowed;
+      excess = allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0);
+    }
+    if (bad) ++r.mismatches;
+    if (excess > worst_excess && (bad || excess > 0)) {
+      worst_excess = excess;
+      r.worst_index = i;
+    }
+  }
+  if (r.worst_index >= 0) {
+    r.worst_actual = pa[r.worst_index];
+    r.worst_expected = pe[r.worst_index];
+  }
+}
+
 // Operands past this many elements, all on one CUDA device, are compared there (the loop over 2^28 fp64 elements
 // on one CPU core, after copying them to the host, takes seconds).
 constexpr std::int64_t kDeviceCompareElements = std::int64_t{1} << 20;
@@ -103,50 +144,10 @@ CompareResult compare_tensors(const at::Tensor& actual, const at::Tensor& expect
                          (!magnitude.defined() || magnitude.device() == actual.device());
   if (on_device && r.numel >= kDeviceCompareElements && !at::isComplexType(expected.scalar_type())) {
     compare_elements_as_tensors(r, actual, expected, tol, magnitude);
-    if (r.worst_index >= 0) r.worst_coords = unravel(r.worst_index, r.shape);
-    if (r.mismatches > 0) {
-      r.outcome = Outcome::kMismatch;
-      r.message = std::to_string(r.mismatches) + " of " + std::to_string(r.numel) + " elements outside tolerance";
-    }
-    return r;
+  } else {
+    compare_elements_on_host(r, actual, expected, tol, magnitude);
   }
-  const at::Tensor a = actual.detach().to(at::kCPU).to(at::kDouble).contiguous();
-  const at::Tensor e = expected.detach().to(at::kCPU).to(at::kDouble).contiguous();
-  const at::Tensor m = magnitude.defined() ? magnitude.detach().to(at::kCPU).to(at::kDouble).contiguous() : at::Tensor();
-  const double* pa = a.data_ptr<double>();
-  const double* pe = e.data_ptr<double>();
-  const double* pm = m.defined() ? m.data_ptr<double>() : nullptr;
-  double worst_excess = -1;  // |a-e| / (atol + rtol|e|), or +inf for a NaN/inf mismatch
-  for (std::int64_t i = 0; i < r.numel; ++i) {
-    const double x = pa[i], y = pe[i];
-    double excess = 0;
-    bool bad = false;
-    if (std::isnan(x) || std::isnan(y)) {
-      bad = std::isnan(x) != std::isnan(y);
-      excess = bad ? INFINITY : 0;
-    } else if (std::isinf(x) || std::isinf(y)) {
-      bad = x != y;
-      excess = bad ? INFINITY : 0;
-    } else {
-      const double err = std::fabs(x - y);
-      r.max_abs_error = std::max(r.max_abs_error, err);
-      if (y != 0) r.max_rel_error = std::max(r.max_rel_error, err / std::fabs(y));
-      const double scale = pm != nullptr ? std::max(std::fabs(y), std::fabs(pm[i])) : std::fabs(y);
-      const double allowed = tol.atol + tol.rtol * scale;
-      bad = err > allowed;
-      excess = allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0);
-    }
-    if (bad) ++r.mismatches;
-    if (excess > worst_excess && (bad || excess > 0)) {
-      worst_excess = excess;
-      r.worst_index = i;
-    }
-  }
-  if (r.worst_index >= 0) {
-    r.worst_coords = unravel(r.worst_index, r.shape);
-    r.worst_actual = pa[r.worst_index];
-    r.worst_expected = pe[r.worst_index];
-  }
+  if (r.worst_index >= 0) r.worst_coords = unravel(r.worst_index, r.shape);
   if (r.mismatches > 0) {
     r.outcome = Outcome::kMismatch;
     r.message = std::to_string(r.mismatches) + " of " + std::to_string(r.numel) + " elements outside tolerance";

@@ -379,6 +379,12 @@ std::vector<OpCase> deform_conv2d_cases() {
   add("channels_64_to_70_v2_og4_g2", c);
   c = groups(Cfg{}, 3, 3, true); c.in_channels = 6; c.out_channels = 9; add("channels_6_to_9_v2_og3_g3", c);
   c = groups(Cfg{}, 4, 2, false); c.in_channels = 8; c.out_channels = 8; add("channels_8_v1_og2_g4", c);
+  // 4099 channels per offset group (odd: one channel per run in every dtype): 32 lanes would each run 128 > 64
+  // channels, so the CUDA backward spreads each of the 216 points over 4 warps and adds their offset and mask
+  // sums in a second kernel (deform_conv2d_cuda.cu's backward_lanes); the 2^31-channel checks take that path
+  // only in fp16 / bf16.
+  c = groups(Cfg{}, 1, 2, true); c.in_channels = 8198; c.out_channels = 2; c.batch = 1; c.height = 3; c.width = 4;
+  add("wide_backward_4099_channels_per_offset_group_og2_v2", c);
   // Sums of at least kHalfAccumulationTerms same-sign terms: fail unless accumulated in fp32.
   c = groups(Cfg{}, 1, 1, true); c.half = HalfAccumulation::kForward; c.in_channels = 512; c.out_channels = 2;
   c.height = c.width = 8; c.batch = 1; c.offsets = O::kNegativeFraction; c = with(c, 1, 1, 0, 0, 1, 1);
