@@ -788,8 +788,30 @@ def compare_peers(rb, rc):
     return {"rows": rows, "baseline_has_peers": bool(base)}
 
 
-def compare_records(path_b, path_c, thresholds_path=None, cross_build=False):
-    """Loads, validates and compares two records. Raises RecordError when they cannot be compared."""
+def restrict_to_ops(rec, ops):
+    """A shallow copy of rec holding only the benchmarks, correctness tests and peer entries of these ops (the first
+    component of a benchmark's or test's name; the quick gate's scope, scripts/gate_scope.py)."""
+    ops = set(ops)
+    out = dict(rec)
+    out["benchmarks"] = [b for b in rec.get("benchmarks", []) if str(b.get("name", "")).split("/")[0] in ops]
+    corr = rec.get("correctness")
+    if isinstance(corr, dict) and isinstance(corr.get("tests"), list):
+        tests = [t for t in corr["tests"] if isinstance(t, dict) and str(t.get("name", "")).split(".")[0] in ops]
+        summary = collections.Counter(SUMMARY_KEY.get(t.get("outcome"), "skipped") for t in tests)
+        out["correctness"] = dict(corr, tests=tests,
+                                  summary={k: summary[k] for k in ("passed", "failed", "skipped", "errors")})
+    if isinstance(rec.get("peers"), list):
+        out["peers"] = [e for e in rec["peers"] if isinstance(e, dict) and e.get("op") in ops]
+    return out
+
+
+# A correctness outcome -> the summary count it adds to (as the C++ digest counts).
+SUMMARY_KEY = {"passed": "passed", "mismatch": "failed", "error": "errors"}
+
+
+def compare_records(path_b, path_c, thresholds_path=None, cross_build=False, scope=None):
+    """Loads, validates and compares two records. Raises RecordError when they cannot be compared. scope: op names
+    (the quick gate): only their benchmarks, tests and peer entries are compared, on both sides, by the same rule."""
     rb, rc = load_record(path_b), load_record(path_c)
     notes = []
     for side, path, rec in (("baseline", path_b, rb), ("candidate", path_c, rc)):
@@ -804,6 +826,17 @@ def compare_records(path_b, path_c, thresholds_path=None, cross_build=False):
     if errors:
         raise RecordError("cannot compare these records: " + "; ".join(errors))
     thresholds = load_thresholds(thresholds_path) if thresholds_path else None
+    if scope is not None:
+        full = {side: len(extract_benchmarks(r)) for side, r in (("baseline", rb), ("candidate", rc))}
+        rb, rc = restrict_to_ops(rb, scope), restrict_to_ops(rc, scope)
+        present = {b.op for b in extract_benchmarks(rb).values()} | {
+            str(t.get("name", "")).split(".")[0] for t in (rb.get("correctness") or {}).get("tests", [])}
+        unknown = sorted(set(scope) - present)
+        if unknown:  # a misspelt op would otherwise compare nothing and pass
+            raise RecordError(f"--scope: {', '.join(unknown)}: no benchmark or correctness test of that op in the "
+                              f"baseline {path_b}")
+        notes.append(f"quick gate: scope {', '.join(sorted(scope))}; {full['baseline'] - len(extract_benchmarks(rb))} "
+                     f"baseline benchmarks of other ops not compared (the full gate compares every op)")
     bench = compare_benchmarks(extract_benchmarks(rb), extract_benchmarks(rc), thresholds)
     corr = compare_correctness(rb, rc)
     outputs = compare_outputs(rb, path_b, rc, path_c)
@@ -815,6 +848,7 @@ def compare_records(path_b, path_c, thresholds_path=None, cross_build=False):
         "baseline": {"path": str(path_b), "label": run_label(pb), "build": build_label(pb), **_public(pb)},
         "candidate": {"path": str(path_c), "label": run_label(pc), "build": build_label(pc), **_public(pc)},
         "cross_build": cross_build,
+        "scope": sorted(scope) if scope is not None else None,
         "rule": {"threshold": DEFAULT_THRESHOLD, "thresholds_file": str(thresholds_path) if thresholds_path else None,
                  "alpha": ALPHA, "overlap_fraction": OVERLAP_FRACTION, "min_gating_repetitions": MIN_GATING_REPETITIONS},
         "notes": notes, "warnings": warnings,
@@ -1028,9 +1062,17 @@ def main(argv=None):
     ap.add_argument("--cross-build", action="store_true",
                     help="allow different CUDA toolkit, driver and libtorch versions; compare the output dumps too")
     ap.add_argument("--json-out", help="also write the result as JSON here")
+    ap.add_argument("--scope", help="comma-separated op names (the quick gate, scripts/gate_scope.py): compare only "
+                                    "their benchmarks, tests and peer entries, by the same rule")
     args = ap.parse_args(argv)
+    scope = None
+    if args.scope is not None:
+        scope = [op for op in args.scope.split(",") if op.strip()]
+        if not scope:
+            print("compare: error: --scope: expected comma-separated op names, got an empty list", file=sys.stderr)
+            return EXIT_USAGE
     try:
-        result = compare_records(args.baseline, args.candidate, args.thresholds, args.cross_build)
+        result = compare_records(args.baseline, args.candidate, args.thresholds, args.cross_build, scope=scope)
     except RecordError as e:
         print(f"compare: error: {e}", file=sys.stderr)
         return EXIT_USAGE

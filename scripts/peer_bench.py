@@ -63,8 +63,57 @@ def device_peak(torch):
 
 
 def kernel_sample_times(prof, n):
-    """Per-sample kernel time (ms): the durations of the kernels whose launching CPU op started inside the i-th
-    RANGE (any thread), summed; each kernel is attached to exactly one CPU event."""
+    """Per-sample kernel time (ms) and kernel count: the durations of the device activities (kernels, memsets,
+    copies) whose launching CPU op started inside the i-th RANGE (any thread), summed; each device activity is
+    linked to exactly one CPU op (Kineto's linked correlation id).
+
+    Read from the profiler's raw Kineto events: the same attribution as torch's FunctionEvent tree
+    (kernel_sample_times_from_function_events, kept as its reference and compared with it on CUDA in
+    suites/peer/test_peer_bench.py), without building that tree, which took 0.3-1 s per timed side (most of the
+    peer step's time: 300 samples make thousands of events)."""
+    from torch.autograd import DeviceType
+
+    try:
+        raw = prof.profiler.kineto_results.events()
+    except AttributeError:  # a torch without the raw results: the tree
+        return kernel_sample_times_from_function_events(prof, n)
+    from torch.autograd.profiler import _filter_name  # the events the tree leaves out
+
+    ranges, op_start, device = [], {}, []
+    for e in raw:
+        if _filter_name(e.name()) or getattr(e, "is_hidden_event", lambda: False)():
+            continue
+        kind, linked = e.device_type(), e.linked_correlation_id()
+        if kind == DeviceType.CPU and linked == 0:  # a frontend op (or the range), as the tree's parents
+            if e.is_async() or e.start_thread_id() != e.end_thread_id():
+                continue
+            if e.name() == RANGE:
+                ranges.append((e.start_ns(), e.end_ns()))
+            else:
+                op_start[e.correlation_id()] = e.start_ns()
+        elif kind == DeviceType.CUDA and linked > 0:
+            device.append((linked, e.end_ns() - e.start_ns()))
+    ranges.sort()
+    if len(ranges) != n:
+        raise RuntimeError(f"expected {n} profiler ranges named {RANGE}, found {len(ranges)}")
+    import bisect
+
+    starts = [r[0] for r in ranges]
+    totals, counts = [0] * n, [0] * n
+    for linked, duration_ns in device:
+        t = op_start.get(linked)
+        if t is None:
+            continue  # launched by no recorded op, or by the range itself (as the tree path: not counted)
+        i = bisect.bisect_right(starts, t) - 1
+        if i >= 0 and t <= ranges[i][1]:
+            totals[i] += duration_ns
+            counts[i] += 1
+    return [t / 1e6 for t in totals], counts  # ns -> ms
+
+
+def kernel_sample_times_from_function_events(prof, n):
+    """kernel_sample_times through torch's FunctionEvent tree (prof.events()): the reference the raw path is
+    checked against; slow on thousands of events."""
     from torch.autograd import DeviceType
 
     events = [e for e in prof.events() if e.device_type == DeviceType.CPU]
@@ -186,7 +235,7 @@ def main(argv=None):
     l2 = int(getattr(props, "L2_cache_size", 0) or 0) or 64 << 20
     flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
     t_start = time.time()
-    entries, skipped = [], []
+    entries, skipped, plan = [], [], []
     for pair in pairs.PAIRS:
         if wanted and pair.op not in wanted:
             continue
@@ -196,20 +245,24 @@ def main(argv=None):
             print(f"peer_bench: {pair.op}: {missing}", file=sys.stderr)
             continue
         for case in (c for c in pair.cases if c.kind == "model" and (not case_filter or case_filter.search(c.name))):
-            base = pair.make(case.params, case.seed)
-            for dtype in pairs.ALL_DTYPES:
-                directions = ["fwd"] + (["bwd"] if pair.grad_keys else [])
-                for direction in directions:
-                    if time.time() - t_start > args.max_total_s:
-                        entries.append(not_run_entry(pair, case, dtype, direction, args.max_total_s))
-                        continue
-                    entries.append(run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush,
-                                           peak=peak))
-                    e = entries[-1]
-                    print(f"peer_bench: {e['op']}/{e['case']}/{e['dtype']}/{e['direction']}: peer "
-                          f"{fmt(e['torchvision_ms'])} ms, DetOps {fmt(e['detops_ms'])} ms", file=sys.stderr, flush=True)
-            del base
-            torch.cuda.empty_cache()
+            plan.append((pair, case))
+    total = sum(len(pairs.ALL_DTYPES) * (2 if pair.grad_keys else 1) for pair, _ in plan)
+    for pair, case in plan:
+        base = pair.make(case.params, case.seed)
+        for dtype in pairs.ALL_DTYPES:
+            directions = ["fwd"] + (["bwd"] if pair.grad_keys else [])
+            for direction in directions:
+                if time.time() - t_start > args.max_total_s:
+                    entries.append(not_run_entry(pair, case, dtype, direction, args.max_total_s))
+                    continue
+                entries.append(run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush,
+                                       peak=peak))
+                e = entries[-1]
+                print(f"peer_bench: [{len(entries)}/{total}] {e['op']}/{e['case']}/{e['dtype']}/{e['direction']}: "
+                      f"peer {fmt(e['torchvision_ms'])} ms, DetOps {fmt(e['detops_ms'])} ms; "
+                      f"{time_left(time.time() - t_start, len(entries), total)}", file=sys.stderr, flush=True)
+        del base
+        torch.cuda.empty_cache()
     print(markdown_table(entries))
     print(f"\n{len(entries)} entries in {time.time() - t_start:.0f} s; timer: {TIMER}, cold L2 "
           f"({2 * l2 >> 20} MiB flush; warm cases: the input rewritten in place instead), median of >= "
@@ -273,7 +326,8 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
                                      f"to touch")
                 touches = {side: touch_fn(torch, inp[pair.main_input]) for side in fns}
         else:
-            g = torch.Generator().manual_seed(case.seed + 7)
+            # Drawn where it is used: a CPU draw of a box head's grad_output (12.5M fp64 normals) took ~0.2 s.
+            g = torch.Generator(device=device).manual_seed(case.seed + 7)
             keys = pairs.grad_keys(pair, inp)
             ins = {side: dict(inp) for side in ("detops", "torchvision") + (("floor",) if pair.floor else ())}
             for side in ins:
@@ -282,7 +336,7 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
             for k in keys:
                 tin[k] = tin[k].detach().requires_grad_()
             ours = pair.detops(ins["detops"])
-            grad_out = torch.randn(ours.shape, generator=g, dtype=torch.float64)
+            grad_out = torch.randn(ours.shape, generator=g, dtype=torch.float64, device=device)
             truth_out = pair.tv(tin)
             # The error: gradients of out.sum() (a grad_output of ones, exact in every dtype), as suites/peer
             # checks them, so the pair's tolerance applies. The timing: a seeded normal grad_output.
@@ -333,6 +387,17 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
         entry["torchvision_max_abs_error"] = None
         entry["torchvision_check"] = f"torchvision differs from the truth by a non-finite amount ({tv_err})"
     return entry
+
+
+def time_left(elapsed_s, done, total):
+    """The progress tail of a line: elapsed time and, from the mean time per entry so far, the time left."""
+    def mmss(t):
+        t = int(round(t))
+        return f"{t // 60}m{t % 60:02d}s" if t >= 60 else f"{t}s"
+
+    if done <= 0 or done >= total:
+        return f"{mmss(elapsed_s)}"
+    return f"{mmss(elapsed_s)}, about {mmss(elapsed_s / done * (total - done))} left"
 
 
 def not_run_entry(pair, case, dtype, direction, budget):

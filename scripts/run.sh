@@ -15,13 +15,18 @@
 # Exit status: non-zero when a check fails, a benchmark fails, or the comparison finds a confirmed
 # slowdown or a correctness change.
 #
-# Environment: DETOPS_BENCH_ARGS (extra detops_bench flags, e.g. --benchmark_filter=...),
+# Environment: DETOPS_OPS=op1,op2 (the quick gate's scope, scripts/quick_gate.sh: only these ops' correctness
+# tests, benchmarks and peer checks, compared with the baseline by the same rule; the unit tests always run),
+# DETOPS_BENCH_ARGS (extra detops_bench flags, e.g. --benchmark_filter=...),
 # DETOPS_SKIP_BENCH=1 (correctness only), DETOPS_BASELINE=<record.json> (instead of the stored one),
 # DETOPS_SUITE_SHARDS=N (correctness processes; default: one per CPU, at most 16).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+job_start=$(date +%s)
+step_times=()  # "name N s" per step, for the closing line
 detops_setup
 detops_configure_and_build
+step_times+=("setup and build $(( $(date +%s) - job_start )) s")
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 if detops_gpu_visible; then
@@ -35,6 +40,25 @@ fi
 run_id="${stamp}_${gpu}"
 out="$DETOPS_ROOT/results/runs/$run_id"
 mkdir -p "$out"
+# The quick gate's verdicts per changed file (scripts/quick_gate.sh), kept with the run.
+if [ -n "${DETOPS_SCOPE_JSON:-}" ] && [ -f "$DETOPS_SCOPE_JSON" ]; then cp "$DETOPS_SCOPE_JSON" "$out/scope.json"; fi
+# The quick gate's scope (DETOPS_OPS): GoogleTest filter, benchmark filter, pytest -k and compare --scope.
+scope_ops=()
+if [ -n "${DETOPS_OPS:-}" ]; then
+  IFS=, read -r -a scope_ops <<<"$DETOPS_OPS"
+  for op in "${scope_ops[@]}"; do
+    [[ "$op" =~ ^[a-z0-9_]+$ ]] || detops_die "DETOPS_OPS: '$op' is not an op name (expected comma-separated names such as roi_align,nms)"
+  done
+  suffix=${filter#\*}  # '' with a GPU, '.cpu' without
+  filter=$(printf "%s.*$suffix:" "${scope_ops[@]}"); filter=${filter%:}
+  bench_scope=("--benchmark_filter=^($(IFS='|'; echo "calibration|${scope_ops[*]}"))/")
+  peer_k=(-k "$(printf '%s or ' "${scope_ops[@]}" | sed 's/ or $//')")
+  printf '%s\n' "${scope_ops[@]}" >"$out/scope.txt"
+  detops_log "quick gate: scope ${DETOPS_OPS} (correctness filter $filter; benchmarks ${bench_scope[0]#--benchmark_filter=})"
+else
+  bench_scope=()
+  peer_k=()
+fi
 export DETOPS_RUN_ID="$run_id"
 # Provenance: the caller may set DETOPS_GIT_SHA / DETOPS_GIT_DIRTY (a copied tree without its .git).
 if [ -z "${DETOPS_GIT_SHA:-}" ]; then
@@ -51,7 +75,38 @@ status=0
 detops_log "[1/5] unit tests and reference self-checks"
 "$DETOPS_BUILD_DIR/suites/detops_unit_tests" --gtest_brief=1 --gtest_output="json:$out/unit.json" || status=1
 
+# The torchvision peer suite (docs/peers.md): pytest on suites/peer ($1: what to say about the devices).
+# Python's bytecode of torch and torchvision goes to the build folder (compiled once, not in every process);
+# none is written into the source tree.
+peer_available() {
+  "$DETOPS_PYTHON" -c 'import torchvision' >/dev/null 2>&1
+}
+peer_env=(DETOPS_TORCH_LIBRARY="$DETOPS_BUILD_DIR/ops/libdetops_torch.so" PYTHONPYCACHEPREFIX="$DETOPS_BUILD_DIR/pycache")
+run_peer_pytest() {
+  detops_log "peer suite: pytest suites/peer ($1; log: ${out#$DETOPS_ROOT/}/peer_pytest.log)"
+  set +e
+  env "${peer_env[@]}" "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "${peer_k[@]}" "$DETOPS_ROOT/suites/peer" >"$out/peer_pytest.log" 2>&1
+  local prc=$?
+  set -e
+  detops_log "peer suite: $(tail -n1 "$out/peer_pytest.log") (exit $prc)"
+  [ $prc -ne 0 ] && status=1
+  return 0
+}
+
 shards=$(detops_suite_shards)
+# With a GPU, the peer suite (correctness against torchvision, no timing) runs beside the correctness shards;
+# it writes peer_pytest.rc when it ends, and the large-index checks (tens of GB of GPU memory) wait for that.
+peer_beside=0
+after_args=()
+if [ "$gpu" != no-gpu ] && peer_available; then
+  peer_beside=1
+  rm -f "$out/peer_pytest.rc"
+  detops_log "peer suite: pytest suites/peer beside the correctness shards (CPU and CUDA; log: ${out#$DETOPS_ROOT/}/peer_pytest.log)"
+  ( set +e; env "${peer_env[@]}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "${peer_k[@]}" "$DETOPS_ROOT/suites/peer" \
+      >"$out/peer_pytest.log" 2>&1; echo $? >"$out/peer_pytest.rc" ) &
+  peer_pid=$!
+  after_args=(--serial-after "$out/peer_pytest.rc" --serial-after-log "$out/peer_pytest.log")
+fi
 detops_log "[2/5] correctness suite (filter $filter, $shards processes); record: ${out#$DETOPS_ROOT/}"
 start=$(date +%s)
 set +e
@@ -63,29 +118,32 @@ timings=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$gpu"/correctness.json 2>/dev/nul
 [ -z "$timings" ] && [ -f "$DETOPS_ROOT/results/suite-times/$gpu.json.gz" ] && timings="$DETOPS_ROOT/results/suite-times/$gpu.json.gz"
 "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/shard_suite.py" --binary "$DETOPS_BUILD_DIR/suites/detops_correctness" \
   --shards "$shards" --filter "$filter" --serial "$DETOPS_SERIAL_TESTS" --out "$out/correctness.json" \
-  --outputs "$out/outputs" --interval 20 ${timings:+--timings "$timings"}
+  --outputs "$out/outputs" --interval 20 ${timings:+--timings "$timings"} "${after_args[@]}"
 rc=$?
 set -e
 elapsed=$(( $(date +%s) - start ))
+step_times+=("correctness suite $elapsed s")
 [ $rc -ne 0 ] && status=1
 "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/summarize_correctness.py" "$out/correctness.json" --wall-seconds "$elapsed" \
   | tee "$out/summary.md"
 
-# The torchvision peer suite (docs/peers.md): pytest on suites/peer ($1: what to say about the devices).
-peer_available() {
-  "$DETOPS_PYTHON" -c 'import torchvision' >/dev/null 2>&1
-}
-run_peer_pytest() {
-  detops_log "peer suite: pytest suites/peer ($1; log: ${out#$DETOPS_ROOT/}/peer_pytest.log)"
-  set +e
-  DETOPS_TORCH_LIBRARY="$DETOPS_BUILD_DIR/ops/libdetops_torch.so" PYTHONDONTWRITEBYTECODE=1 \
-    "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "$DETOPS_ROOT/suites/peer" >"$out/peer_pytest.log" 2>&1
-  local prc=$?
-  set -e
+# The peer suite beside the shards: its end (never during the benchmarks, which need the GPU alone).
+if [ $peer_beside = 1 ]; then
+  while kill -0 "$peer_pid" 2>/dev/null && [ ! -f "$out/peer_pytest.rc" ]; do
+    pct=$(grep -o '\[ *[0-9]*%\]' "$out/peer_pytest.log" 2>/dev/null | tail -n1 | tr -dc '0-9')
+    waited=$(( $(date +%s) - start ))
+    if [ -n "$pct" ] && [ "$pct" -gt 0 ]; then
+      detops_log "peer suite: ${pct}% after ${waited} s, about $(( waited * (100 - pct) / pct )) s left"
+    else
+      detops_log "peer suite: running for ${waited} s"
+    fi
+    sleep 20
+  done
+  wait "$peer_pid" 2>/dev/null || true
+  prc=$(cat "$out/peer_pytest.rc" 2>/dev/null || echo "none (it wrote no exit status)")
   detops_log "peer suite: $(tail -n1 "$out/peer_pytest.log") (exit $prc)"
-  [ $prc -ne 0 ] && status=1
-  return 0
-}
+  [ "$prc" != 0 ] && status=1
+fi
 
 if [ "$gpu" = no-gpu ] || [ "${DETOPS_SKIP_BENCH:-0}" = 1 ]; then
   if ! peer_available; then
@@ -93,7 +151,7 @@ if [ "$gpu" = no-gpu ] || [ "${DETOPS_SKIP_BENCH:-0}" = 1 ]; then
   elif [ "$gpu" = no-gpu ]; then
     run_peer_pytest "CPU only: the peer timing needs a GPU"
   fi
-  detops_log "no benchmarks: $([ "$gpu" = no-gpu ] && echo 'no GPU' || echo 'DETOPS_SKIP_BENCH=1'); results in ${out#$DETOPS_ROOT/}"
+  detops_log "no benchmarks: $([ "$gpu" = no-gpu ] && echo 'no GPU' || echo 'DETOPS_SKIP_BENCH=1'); results in ${out#$DETOPS_ROOT/}; $(( $(date +%s) - job_start )) s in all ($(IFS=";"; echo "${step_times[*]}" | sed "s/;/, /g"))"
   exit $status
 fi
 
@@ -102,9 +160,10 @@ start=$(date +%s)
 set +e
 # shellcheck disable=SC2086
 "$DETOPS_BUILD_DIR/suites/detops_bench" --detops_record="$out/record.json" \
-  --detops_correctness_json="$out/correctness.json" ${DETOPS_BENCH_ARGS:-} >"$out/bench.log"
+  --detops_correctness_json="$out/correctness.json" "${bench_scope[@]}" ${DETOPS_BENCH_ARGS:-} >"$out/bench.log"
 rc=$?
 set -e
+step_times+=("benchmarks $(( $(date +%s) - start )) s")
 detops_log "benchmarks: exit $rc, $(( $(date +%s) - start )) s (log: ${out#$DETOPS_ROOT/}/bench.log)"
 [ $rc -ne 0 ] && status=1
 [ -f "$out/record.json" ] || { detops_log "no record was written"; exit 1; }
@@ -113,16 +172,17 @@ detops_log "benchmarks: exit $rc, $(( $(date +%s) - start )) s (log: ${out#$DETO
   "$DETOPS_ROOT/scripts" "$out/record.json"
 
 if peer_available; then
+  peer_start=$(date +%s)
   detops_log "peer timing against torchvision: scripts/peer_bench.py (torch.profiler kernel time; log: ${out#$DETOPS_ROOT/}/peer_bench.log)"
   set +e
-  DETOPS_TORCH_LIBRARY="$DETOPS_BUILD_DIR/ops/libdetops_torch.so" PYTHONDONTWRITEBYTECODE=1 \
-    "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/peer_bench.py" --record "$out/record.json" >"$out/peers.md" 2>"$out/peer_bench.log"
+  env "${peer_env[@]}" "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/peer_bench.py" --record "$out/record.json" ${DETOPS_OPS:+--ops "$DETOPS_OPS"} \
+    >"$out/peers.md" 2> >(tee "$out/peer_bench.log" | grep --line-buffered -E '^peer_bench: \[[0-9]*0/' >&2)
   rc=$?
   set -e
   cat "$out/peers.md"
-  detops_log "peer timing: exit $rc"
+  step_times+=("peer timing $(( $(date +%s) - peer_start )) s")
+  detops_log "peer timing: exit $rc, $(( $(date +%s) - peer_start )) s"
   [ $rc -ne 0 ] && status=1
-  run_peer_pytest "CPU and CUDA"
 else
   detops_log "torchvision not installed: peer suite skipped"
 fi
@@ -136,6 +196,7 @@ report_args=()
 if [ -f "$baseline" ]; then
   set +e
   "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/compare.py" "$baseline" "$out/record.json" --json-out "$out/compare.json" \
+    ${DETOPS_OPS:+--scope "calibration,$DETOPS_OPS"} \
     | tee "$out/compare.md"
   rc=${PIPESTATUS[0]}
   set -e
@@ -148,5 +209,5 @@ fi
 
 detops_log "[5/5] report"
 "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/report.py" "$out/record.json" "${report_args[@]}" -o "$out/report.html"
-detops_log "done: ${out#$DETOPS_ROOT/}/report.html (exit $status)"
+detops_log "done: ${out#$DETOPS_ROOT/}/report.html (exit $status); $(( $(date +%s) - job_start )) s in all ($(IFS=';'; echo "${step_times[*]}" | sed 's/;/, /g'))"
 exit $status

@@ -21,6 +21,11 @@ H200): they are left out of the shards and run afterwards in one process. (Run b
 H200, their kernels of 2^31 elements held the GPU's time slices: the shards' tests took 1472 s together instead of
 1162 s, and the suite ended no sooner.)
 
+--serial-after FILE: the serial tests start only once FILE exists. The main job (scripts/run.sh) runs the
+torchvision peer suite beside the shards (correctness only, so sharing the GPU costs nothing but time) and has
+it write FILE when it ends, so its GPU memory is given back before the large-index checks need it. While
+waiting, the progress line says so, with pytest's percentage and the time left from --serial-after-log.
+
 A shard that fails or crashes is reported with its exit status and the tail of its log
 (--out's folder/shard-i.log), and the other shards' results are kept: --out then has every test that a
 shard reported, and the merged file says which shards did not finish ("detops_shards").
@@ -203,6 +208,9 @@ def main(argv=None):
     ap.add_argument("--interval", type=float, default=30.0, help="seconds between progress lines")
     ap.add_argument("--timings", help="a previous run's GoogleTest JSON (or {test: seconds}): shards of equal "
                     "expected time instead of GoogleTest's round-robin split")
+    ap.add_argument("--serial-after", help="start the serial tests only once this file exists (a job beside the "
+                                           "shards writes it when it ends)")
+    ap.add_argument("--serial-after-log", help="that job's log (pytest -q), for its progress while waiting")
     ap.add_argument("extra", nargs="*", help="more gtest arguments (after --)")
     args = ap.parse_args(argv)
     binary = pathlib.Path(args.binary)
@@ -263,11 +271,41 @@ def main(argv=None):
 
     start = time.time()
     wait_and_report(procs, args, start)
+    if serial_tests and args.serial_after:
+        wait_for_file(pathlib.Path(args.serial_after), args.serial_after_log, args.interval, start)
     if serial_tests:
         print(f"[shard_suite] {len(serial_tests)} tests matching {args.serial} in one process", flush=True)
         procs.append(launch(args.shards, ":".join(serial_tests), {}, threads=thread_budget(1)))
         wait_and_report(procs[-1:], args, start)
     return finish(procs, args, out, outputs, start)
+
+
+PYTEST_PERCENT = re.compile(r"\[\s*(\d+)%\]")
+
+
+def wait_for_file(path, log, interval, start):
+    """Blocks until path exists, with a progress line every interval seconds (the job's pytest percentage and the
+    time left at its rate so far, when log has one; the job began with the shards, at start)."""
+    last = time.time()
+    while not path.exists():
+        time.sleep(0.5)
+        now = time.time()
+        if now - last < interval:
+            continue
+        last = now
+        pct = None
+        if log:
+            try:
+                with open(log, "rb") as lf:
+                    lf.seek(max(0, os.path.getsize(log) - 4096))
+                    for m in PYTEST_PERCENT.finditer(lf.read().decode(errors="replace")):
+                        pct = int(m.group(1))
+            except OSError:
+                pass
+        what = f"waiting for {path.name} before the serial tests"
+        if pct:
+            what += f" (peer suite {pct}%, about {fmt_s((now - start) * (100 - pct) / pct)} left)"
+        print(f"[shard_suite] {fmt_s(now - start)}: {what}", flush=True)
 
 
 def wait_and_report(procs, args, start):

@@ -48,6 +48,7 @@ struct Flags {
   int repetitions = 9;
   double timeout_s = 15.0;
   std::int64_t max_samples = 3000;
+  int max_batch = 64;
   double calibration_work = 1.0;
   bool metrics = false;
   std::string filter;  // Google Benchmark's --benchmark_filter, applied here to our names
@@ -102,6 +103,12 @@ Flags parse_flags(int& argc, char** argv) {
         throw std::invalid_argument("--detops_max_samples must be an integer in [10, 1e7]; got " + *v8);
       }
       f.max_samples = static_cast<std::int64_t>(m);
+    } else if (auto v9 = value_of("detops_max_batch")) {
+      const double b = parse_number("--detops_max_batch", *v9);
+      if (!(b >= 1 && b <= 1024 && b == static_cast<int>(b))) {
+        throw std::invalid_argument("--detops_max_batch must be an integer in [1, 1024]; got " + *v9);
+      }
+      f.max_batch = static_cast<int>(b);
     } else if (auto v6 = value_of("detops_calibration_work")) {
       f.calibration_work = parse_number("--detops_calibration_work", *v6);
       if (!(f.calibration_work > 0 && f.calibration_work <= 100)) {
@@ -112,7 +119,7 @@ Flags parse_flags(int& argc, char** argv) {
     } else if (a.rfind("--detops_", 0) == 0) {
       throw std::invalid_argument("unknown flag " + a +
                                   " (known: --detops_record, --detops_correctness_json, --detops_warm, "
-                                  "--detops_min_time_s, --detops_repetitions, --detops_timeout_s, --detops_max_samples, "
+                                  "--detops_min_time_s, --detops_repetitions, --detops_timeout_s, --detops_max_samples, --detops_max_batch, "
                                   "--detops_calibration_work, --detops_metrics)");
     } else {
       argv[out++] = argv[i];
@@ -184,6 +191,7 @@ class Runner {
     settings_.stopping.max_samples = flags_.max_samples;
     settings_.cold_l2 = !flags_.warm;
     settings_.repetitions = flags_.repetitions;
+    settings_.max_batch = flags_.max_batch;
     if (flags_.metrics) {
       hw_ = std::make_unique<HwMetricsProfiler>(0);
       if (!hw_->available()) log << "detops_bench: hardware metrics skipped: " << hw_->reason() << "\n";
@@ -206,6 +214,15 @@ class Runner {
                    {"timeout_s", settings_.stopping.timeout_s},
                    {"max_samples", settings_.stopping.max_samples},
                    {"repetitions", settings_.repetitions},
+                   {"max_batch", settings_.max_batch},
+                   {"batch_gpu_s", settings_.batch_gpu_s},
+                   {"batching",
+                    timer_->batches()
+                        ? "after a first sample alone, up to max_batch samples (each after its own flush or touch) "
+                          "queued between two synchronizations, as many as make batch_gpu_s of the last sample's "
+                          "kernel time; each sample attributed by its own external correlation id; the SM clock "
+                          "read once per batch (docs/benchmarks.md)"
+                        : std::string("none: every sample alone (") + timer_->name() + " timer)"},
                    {"throttle_fraction", settings_.throttle_fraction},
                    {"default_sm_clock_mhz_used", default_clock_mhz_ > 0 ? json(default_clock_mhz_) : json()},
                    {"warmup", std::to_string(settings_.warmup_calls) + " untimed calls before sampling" +
@@ -274,6 +291,9 @@ class Runner {
       r.extra["discarded_invalid_other"] = m.discarded_other;
       r.extra["kernels_per_call_varied"] = m.kernels_per_call_varied;
       r.extra["window_attributed_samples"] = m.window_attributed_samples;
+      r.extra["batches"] = m.batches;
+      r.extra["largest_batch"] = m.largest_batch;
+      r.extra["unused_after_stop"] = m.unused_after_stop;
       if (hw_) r.hardware_metrics = metrics_pass(call, touch, r);
     } catch (const std::exception& e) {
       r.error = e.what();

@@ -9,14 +9,17 @@ def check_validity(boxes, scores, keep, threshold, tol, idxs=None):
     of at least its score above threshold - tol."""
     from torchvision.ops import box_iou
 
+    # On the boxes' device, in fp64: on CUDA the O(kept x suppressed) IoU work of a 100k-box case takes well
+    # under a second (on the host it took 30 s).
+    dev = boxes.device
     n = boxes.shape[0]
-    keep = keep.cpu()
+    keep = keep.to(dev)
     assert keep.unique().numel() == keep.numel(), "duplicate indices in keep"
     assert bool(((keep >= 0) & (keep < n)).all()), "keep index out of range"
-    b, s = boxes.double().cpu(), scores.double().cpu()
+    b, s = boxes.double(), scores.double().to(dev)
     ks = s[keep]
     assert bool((ks[:-1] >= ks[1:]).all()), "scores increase along keep"
-    cls = None if idxs is None else idxs.cpu()
+    cls = None if idxs is None else idxs.to(dev)
 
     def iou(rows, cols):
         m = torch.nan_to_num(box_iou(b[rows], b[cols]), nan=0.0)
@@ -26,13 +29,13 @@ def check_validity(boxes, scores, keep, threshold, tol, idxs=None):
 
     for chunk in keep.split(4096):  # kept vs earlier kept, in row chunks
         m = iou(chunk, keep)
-        pos = torch.arange(keep.numel())
+        pos = torch.arange(keep.numel(), device=dev)
         start = int((keep == chunk[0]).nonzero()[0])
-        later = pos[None, :] > (start + torch.arange(chunk.numel()))[:, None]
+        later = pos[None, :] > (start + torch.arange(chunk.numel(), device=dev))[:, None]
         assert not bool(((m > threshold + tol) & later).any()), "a kept box overlaps an earlier kept box"
-    suppressed = torch.ones(n, dtype=torch.bool)
+    suppressed = torch.ones(n, dtype=torch.bool, device=dev)
     suppressed[keep] = False
-    for chunk in suppressed.nonzero().flatten().split(8192):
+    for chunk in suppressed.nonzero().flatten().split(4096):
         ok = (iou(keep, chunk) > threshold - tol) & (ks[:, None] >= s[chunk][None, :])
         assert bool(ok.any(0).all()), "a suppressed box has no suppressor"
 

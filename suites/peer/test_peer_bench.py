@@ -380,3 +380,38 @@ def test_non_finite_error_is_reported_not_written_as_nan():
                            device="cpu", timer=wall_timer)
     assert e["max_abs_error"] is None and "non-finite" in e["check"], e
     json.dumps(e, allow_nan=False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the profiler's kernel records need a CUDA GPU")
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_raw_kineto_attribution_equals_the_function_event_tree(direction):
+    """kernel_sample_times reads the raw Kineto events; the FunctionEvent tree is the reference: the same kernels in
+    the same samples (counts equal, times equal to rounding), forward and a backward whose kernels autograd's device
+    thread launches; a flush kernel and a touch before each range are in no sample."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    from torchvision.ops import roi_align
+
+    x = torch.randn(2, 64, 50, 84, device="cuda", requires_grad=direction == "bwd")
+    rois = torch.tensor([[0, 1, 1, 40, 30], [1, 10, 5, 80, 45]], dtype=torch.float32, device="cuda")
+    flush = torch.empty(1 << 22, dtype=torch.uint8, device="cuda")
+    if direction == "fwd":
+        fn = lambda: roi_align(x, rois, 7, 0.5, 2, True)  # noqa: E731
+    else:
+        out = roi_align(x, rois, 7, 0.5, 2, True)
+        go = torch.randn_like(out)
+        fn = lambda: torch.autograd.grad(out, [x], go, retain_graph=True)  # noqa: E731
+    n = 12
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            flush.zero_()
+            with record_function(peer_bench.RANGE):
+                fn()
+        torch.cuda.synchronize()
+    fast_t, fast_c = peer_bench.kernel_sample_times(prof, n)
+    tree_t, tree_c = peer_bench.kernel_sample_times_from_function_events(prof, n)
+    assert fast_c == tree_c and min(fast_c) >= 1
+    assert fast_t == pytest.approx(tree_t, rel=1e-9, abs=1e-9)
+    # The flush is a kernel of its own (fill): were it attributed, every sample would hold one more kernel.
+    assert max(fast_c) == min(fast_c)

@@ -302,5 +302,190 @@ TEST(BenchCorrectness, MergesFilesAndNamesAnUnreadableOne) {
   std::remove(b.c_str());
 }
 
+// Input that is not a GoogleTest JSON report is refused with one std::runtime_error naming the file, the
+// JSON path of the offending field and what was expected (never an empty digest, never nlohmann's own
+// type_error). The report is written to a file and digested as --detops_correctness_json does.
+struct Refusal {
+  std::string file;
+  std::string message;  // the runtime_error's, else what happened instead
+};
+
+Refusal digest_file(const std::string& text, const std::string& tag) {
+  Refusal r{temp_path("refused_" + tag), ""};
+  std::ofstream(r.file) << text;
+  try {
+    const json d = digest_gtest_files({r.file});
+    r.message = "<no exception; digested " + std::to_string(d["tests"].size()) + " tests>";
+  } catch (const std::runtime_error& e) {
+    r.message = e.what();
+  } catch (const std::exception& e) {
+    r.message = std::string("<not a std::runtime_error: ") + e.what() + ">";
+  }
+  std::remove(r.file.c_str());
+  return r;
+}
+
+// `expected`: "<JSON path>: expected ..., got ..." (or the file-level reason), right after the file's name.
+void expect_refused(const json& report, const std::string& tag, const std::string& expected) {
+  const Refusal r = digest_file(report.dump(), tag);
+  const std::string want = "--detops_correctness_json: '" + r.file + "': " + expected;
+  EXPECT_NE(r.message.find(want), std::string::npos) << tag << ": wanted \"" << want << "\"\n got \"" << r.message
+                                                      << "\"";
+}
+
+TEST(BenchCorrectness, RefusesARunRecordAsNotAGtestReport) {
+  const json record = {{"context",
+                        {{"detops_schema_version", kRecordSchemaVersion}, {"detops", {{"complete", true}}}}},
+                       {"benchmarks", json::array()},
+                       {"correctness", digest_gtest_json(gtest_fixture())},
+                       {"peers", json::array()}};
+  expect_refused(record, "record", "not a GoogleTest JSON report: no testsuites array");
+  const Refusal r = digest_file(record.dump(), "record_keys");
+  EXPECT_NE(r.message.find("context"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("benchmarks"), std::string::npos) << r.message;
+  // At most a few of the keys are named.
+  json many;
+  for (int i = 0; i < 9; ++i) many["key" + std::to_string(i)] = i;
+  const Refusal m = digest_file(many.dump(), "many_keys");
+  EXPECT_NE(m.message.find("no testsuites array (top-level keys: key0, key1, key2, key3, key4, ... (9 in all))"),
+            std::string::npos)
+      << m.message;
+}
+
+TEST(BenchCorrectness, RefusesAnEmptyObjectAndANonObject) {
+  expect_refused(json::object(), "empty_object", "not a GoogleTest JSON report: no testsuites array");
+  expect_refused(json::array({gtest_fixture()}), "array",
+                 "not a GoogleTest JSON report: expected an object at the top level, got array");
+}
+
+TEST(BenchCorrectness, RefusesTestsuitesThatAreNotAnArray) {
+  json report = gtest_fixture();
+  report["testsuites"] = report["testsuites"][0];
+  expect_refused(report, "testsuites_object", "testsuites: expected an array, got object");
+}
+
+TEST(BenchCorrectness, RefusesAMalformedSuite) {
+  json not_object = gtest_fixture();
+  not_object["testsuites"][1] = "roi_align.bad_input";
+  expect_refused(not_object, "suite_string", "testsuites[1]: expected an object, got string");
+  json name_number = gtest_fixture();
+  name_number["testsuites"][0]["name"] = 7;
+  expect_refused(name_number, "suite_name", "testsuites[0].name: expected a string, got number");
+  json no_name = gtest_fixture();
+  no_name["testsuites"][1].erase("name");
+  expect_refused(no_name, "suite_no_name", "testsuites[1].name: expected a string, got nothing");
+  json no_tests = gtest_fixture();
+  no_tests["testsuites"][1].erase("testsuite");
+  expect_refused(no_tests, "suite_no_testsuite", "testsuites[1].testsuite: expected an array, got nothing");
+  json tests_object = gtest_fixture();
+  tests_object["testsuites"][1]["testsuite"] = tests_object["testsuites"][1]["testsuite"][0];
+  expect_refused(tests_object, "suite_testsuite_object", "testsuites[1].testsuite: expected an array, got object");
+}
+
+TEST(BenchCorrectness, RefusesAMalformedTest) {
+  json name_number = gtest_fixture();
+  name_number["testsuites"][0]["testsuite"][2]["name"] = 17;
+  expect_refused(name_number, "test_name", "testsuites[0].testsuite[2].name: expected a string, got number");
+  json no_name = gtest_fixture();
+  no_name["testsuites"][0]["testsuite"][1].erase("name");
+  expect_refused(no_name, "test_no_name", "testsuites[0].testsuite[1].name: expected a string, got nothing");
+  json not_object = gtest_fixture();
+  not_object["testsuites"][0]["testsuite"][1] = "big.fp16.cuda";
+  expect_refused(not_object, "test_string", "testsuites[0].testsuite[1]: expected an object, got string");
+  json result = gtest_fixture();
+  result["testsuites"][1]["testsuite"][0]["result"] = true;
+  expect_refused(result, "test_result", "testsuites[1].testsuite[0].result: expected a string, got boolean");
+}
+
+TEST(BenchCorrectness, RefusesMalformedFailures) {
+  json not_array = gtest_fixture();
+  not_array["testsuites"][1]["testsuite"][0]["failures"] = "crashed";
+  expect_refused(not_array, "failures_string", "testsuites[1].testsuite[0].failures: expected an array, got string");
+  json not_objects = gtest_fixture();
+  not_objects["testsuites"][1]["testsuite"][0]["failures"] = {"crashed"};
+  expect_refused(not_objects, "failure_string",
+                 "testsuites[1].testsuite[0].failures[0]: expected an object, got string");
+  json failure_number = gtest_fixture();
+  failure_number["testsuites"][0]["testsuite"][1]["failures"][0]["failure"] = 3;
+  expect_refused(failure_number, "failure_number",
+                 "testsuites[0].testsuite[1].failures[0].failure: expected a string, got number");
+  json no_failure = gtest_fixture();
+  no_failure["testsuites"][1]["testsuite"][0]["failures"][0].erase("failure");
+  expect_refused(no_failure, "failure_missing",
+                 "testsuites[1].testsuite[0].failures[0].failure: expected a string, got nothing");
+}
+
+TEST(BenchCorrectness, RefusesPropertiesThatAreNotStrings) {
+  // GoogleTest writes RecordProperty values as strings; a number here is a hand-edited report.
+  for (const char* key : {"outcome", "message", "dtype", "device", "max_abs_error", "max_rel_error", "output0"}) {
+    json report = gtest_fixture();
+    report["testsuites"][0]["testsuite"][0][key] = 1.5;
+    expect_refused(report, std::string("property_") + key,
+                   std::string("testsuites[0].testsuite[0].") + key + ": expected a string, got number");
+  }
+}
+
+TEST(BenchCorrectness, RefusesACountOverNoTests) {
+  expect_refused(json::parse(R"({"tests": 12, "name": "AllTests", "testsuites": []})"), "count_empty",
+                 "tests says 12, the suites hold 0");
+  expect_refused(json::parse(R"({"tests": 3, "testsuites": [{"name": "roi_align.forward", "testsuite": []}]})"),
+                 "count_empty_suite", "tests says 3, the suites hold 0");
+  expect_refused(json::parse(R"({"tests": "4", "testsuites": []})"), "count_string",
+                 "tests: expected a non-negative integer, got string");
+  // No tests and a count of none (or no count) is a valid report of zero tests.
+  for (const char* text : {R"({"tests": 0, "testsuites": []})", R"({"testsuites": []})"}) {
+    const Refusal r = digest_file(text, "count_zero");
+    EXPECT_EQ(r.message, "<no exception; digested 0 tests>") << text;
+  }
+}
+
+TEST(BenchCorrectness, IgnoresUnknownKeysButChecksTheOnesItReads) {
+  // What GoogleTest and the suite add beyond what the digest reads, of any type, at every level.
+  json report = gtest_fixture();
+  report["detops_device_facts"] = R"({"gpu": {}})";
+  report["random_seed"] = 7;
+  report["testsuites"][0]["timestamp"] = "2026-01-01T00:00:00Z";
+  report["testsuites"][0]["failures"] = 1;
+  report["testsuites"][1]["extra"] = {{"nested", json::array({1, 2})}};
+  json& tiny = report["testsuites"][0]["testsuite"][0];
+  tiny["reference_reused"] = "true";
+  tiny["time_reference_ms"] = "12.5";
+  tiny["line"] = 42;
+  tiny["unknown"] = json::object();
+  report["testsuites"][1]["testsuite"][0]["failures"][0]["type"] = 0;
+  const Refusal ok = digest_file(report.dump(), "extra_keys");
+  EXPECT_EQ(ok.message, "<no exception; digested 4 tests>");
+  const std::string file = temp_path("extra_keys_digest");
+  std::ofstream(file) << report.dump();
+  EXPECT_EQ(digest_gtest_files({file}), digest_gtest_json(gtest_fixture()));
+  std::remove(file.c_str());
+  // The same report with a field the digest reads of the wrong type is refused.
+  tiny["dtype"] = 16;
+  expect_refused(report, "extra_keys_bad_dtype", "testsuites[0].testsuite[0].dtype: expected a string, got number");
+}
+
+TEST(BenchCorrectness, ParsedJsonIsValidatedUnderItsLabel) {
+  json bad = gtest_fixture();
+  bad["testsuites"][0]["testsuite"][2]["name"] = 5;
+  const std::string want =
+      "--detops_correctness_json: 'merged.json': testsuites[0].testsuite[2].name: expected a string, got number";
+  try {
+    digest_gtest_json(bad, "merged.json");
+    ADD_FAILURE() << "expected a std::runtime_error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), want);
+  }
+  try {
+    validate_gtest_json(json::object(), "x.json");
+    ADD_FAILURE() << "expected a std::runtime_error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--detops_correctness_json: 'x.json': not a GoogleTest JSON report: no testsuites array "
+              "(top-level keys: none (an empty object))");
+  }
+  EXPECT_NO_THROW(validate_gtest_json(gtest_fixture(), "x.json"));
+  EXPECT_THROW(digest_gtest_json(json::object()), std::runtime_error);  // the default label
+}
+
 }  // namespace
 }  // namespace detops::harness::bench

@@ -78,6 +78,67 @@ json digest_test(const std::string& suite, const json& test) {
   return t;
 }
 
+// The GoogleTest JSON report's shape, checked before anything is read (validate_gtest_json).
+const char* const kTestProperties[] = {"outcome",       "message",       "dtype",  "device",
+                                       "max_abs_error", "max_rel_error", "output0"};
+
+[[noreturn]] void refuse(const std::string& label, const std::string& what) {
+  throw std::runtime_error("--detops_correctness_json: '" + label + "': " + what);
+}
+
+std::string at_index(const std::string& path, std::size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+// `object[key]` must be a string; `required`: also present.
+void check_string(const std::string& label, const json& object, const char* key, const std::string& path,
+                  bool required) {
+  const auto it = object.find(key);
+  const std::string where = path + "." + key;
+  if (it == object.end()) {
+    if (required) refuse(label, where + ": expected a string, got nothing (no such key)");
+    return;
+  }
+  if (!it->is_string()) refuse(label, where + ": expected a string, got " + it->type_name());
+}
+
+void check_test(const std::string& label, const json& test, const std::string& path) {
+  if (!test.is_object()) refuse(label, path + ": expected an object, got " + test.type_name());
+  check_string(label, test, "name", path, true);
+  check_string(label, test, "result", path, false);
+  for (const char* key : kTestProperties) check_string(label, test, key, path, false);
+  const auto failures = test.find("failures");
+  if (failures == test.end()) return;
+  const std::string where = path + ".failures";
+  if (!failures->is_array()) refuse(label, where + ": expected an array, got " + failures->type_name());
+  for (std::size_t i = 0; i < failures->size(); ++i) {
+    const json& failure = (*failures)[i];
+    if (!failure.is_object()) {
+      refuse(label, at_index(where, i) + ": expected an object, got " + failure.type_name());
+    }
+    check_string(label, failure, "failure", at_index(where, i), true);
+  }
+}
+
+// The first few keys of an object, for "not a GoogleTest JSON report".
+std::string some_keys(const json& object) {
+  if (object.empty()) return "none (an empty object)";
+  constexpr std::size_t kShown = 5;
+  std::string keys;
+  std::size_t n = 0;
+  for (const auto& item : object.items()) {
+    if (n == kShown) {
+      keys += ", ... (" + std::to_string(object.size()) + " in all)";
+      break;
+    }
+    keys += (n++ ? ", " : "") + item.key();
+  }
+  return keys;
+}
+
+json empty_digest() {
+  return {{"summary", {{"passed", 0}, {"failed", 0}, {"skipped", 0}, {"errors", 0}}},
+          {"tests", json::array()}};
+}
+
 void add_to_summary(json& summary, const std::string& outcome) {
   const char* key = outcome == "passed"     ? "passed"
                     : outcome == "mismatch" ? "failed"
@@ -88,25 +149,66 @@ void add_to_summary(json& summary, const std::string& outcome) {
 
 }  // namespace
 
-json digest_gtest_json(const json& gtest) {
-  json summary = {{"passed", 0}, {"failed", 0}, {"skipped", 0}, {"errors", 0}};
-  json tests = json::array();
-  if (gtest.contains("testsuites") && gtest["testsuites"].is_array()) {
-    for (const json& suite : gtest["testsuites"]) {
-      const std::string suite_name = suite.value("name", std::string());
-      if (!suite.contains("testsuite")) continue;
-      for (const json& test : suite["testsuite"]) {
-        json t = digest_test(suite_name, test);
-        add_to_summary(summary, t["outcome"].get<std::string>());
-        tests.push_back(std::move(t));
-      }
+void validate_gtest_json(const json& gtest, const std::string& label) {
+  if (!gtest.is_object()) {
+    refuse(label, std::string("not a GoogleTest JSON report: expected an object at the top level, got ") +
+                      gtest.type_name());
+  }
+  const auto suites = gtest.find("testsuites");
+  if (suites == gtest.end()) {
+    refuse(label,
+           "not a GoogleTest JSON report: no testsuites array (top-level keys: " + some_keys(gtest) + ")");
+  }
+  if (!suites->is_array()) {
+    refuse(label, std::string("testsuites: expected an array, got ") + suites->type_name());
+  }
+  std::size_t held = 0;
+  for (std::size_t s = 0; s < suites->size(); ++s) {
+    const json& suite = (*suites)[s];
+    const std::string path = at_index("testsuites", s);
+    if (!suite.is_object()) refuse(label, path + ": expected an object, got " + suite.type_name());
+    check_string(label, suite, "name", path, true);
+    const auto tests = suite.find("testsuite");
+    const std::string where = path + ".testsuite";
+    if (tests == suite.end()) refuse(label, where + ": expected an array, got nothing (no such key)");
+    if (!tests->is_array()) refuse(label, where + ": expected an array, got " + tests->type_name());
+    for (std::size_t t = 0; t < tests->size(); ++t) check_test(label, (*tests)[t], at_index(where, t));
+    held += tests->size();
+  }
+  // The report's own count: GoogleTest writes every test it counts (plus, beyond the count, the
+  // NonTestSuiteFailure of a failed environment), so a count over no test at all is a cut or edited file.
+  const auto count = gtest.find("tests");
+  if (count == gtest.end()) return;
+  const bool non_negative =
+      count->is_number_unsigned() || (count->is_number_integer() && count->get<long long>() >= 0);
+  if (!non_negative) {
+    refuse(label, "tests: expected a non-negative integer, got " +
+                      (count->is_number() ? "number " + count->dump() : std::string(count->type_name())));
+  }
+  if (held == 0 && count->get<unsigned long long>() > 0) {
+    refuse(label, "tests says " + count->dump() +
+                      ", the suites hold 0: a truncated or hand-edited GoogleTest JSON report");
+  }
+}
+
+json digest_gtest_json(const json& gtest, const std::string& label) {
+  validate_gtest_json(gtest, label);
+  json digest = empty_digest();
+  json& summary = digest["summary"];
+  json& tests = digest["tests"];
+  for (const json& suite : gtest["testsuites"]) {
+    const std::string suite_name = suite["name"].get<std::string>();
+    for (const json& test : suite["testsuite"]) {
+      json t = digest_test(suite_name, test);
+      add_to_summary(summary, t["outcome"].get<std::string>());
+      tests.push_back(std::move(t));
     }
   }
-  return {{"summary", summary}, {"tests", tests}};
+  return digest;
 }
 
 json digest_gtest_files(const std::vector<std::string>& paths) {
-  json merged = digest_gtest_json(json::object());
+  json merged = empty_digest();
   for (const std::string& path : paths) {
     std::ifstream in(path);
     if (!in) throw std::runtime_error("--detops_correctness_json: cannot open '" + path + "'");
@@ -116,7 +218,7 @@ json digest_gtest_files(const std::vector<std::string>& paths) {
     } catch (const std::exception& e) {
       throw std::runtime_error("--detops_correctness_json: '" + path + "' is not JSON: " + e.what());
     }
-    const json d = digest_gtest_json(parsed);
+    const json d = digest_gtest_json(parsed, path);
     for (const auto& [key, value] : d["summary"].items()) {
       merged["summary"][key] = merged["summary"][key].get<long long>() + value.get<long long>();
     }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <new>
 #include <stdexcept>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "detops/core/cuda_check.h"
@@ -141,6 +142,89 @@ class CuptiTimer final : public GpuTimer {
     if (enabled_kernel_) cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   }
   const char* name() const override { return "cupti"; }
+  bool batches() const override { return batching_; }
+
+  std::vector<KernelSample> time_calls(const std::function<void()>& call, const std::function<void()>& prepare,
+                                       cudaStream_t stream, int count, bool want_names_first) override {
+    if (count <= 1 || !batching_) return GpuTimer::time_calls(call, prepare, stream, count, want_names_first);
+    if (flush_before_) check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    clear();
+    const std::uint64_t dropped_before = store().dropped.load();
+    const std::uint64_t bad_before = store().bad_buffers.load();
+    const std::uint64_t first_id = next_id_ + 1;
+    // Queued without a synchronization in between: prepare i (its flush or touch has no external id, so none
+    // of its kernels is attributed), then call i under id first_id + i. The GPU runs them in this order on the
+    // stream, as it did with one sample per synchronization.
+    for (int i = 0; i < count; ++i) {
+      if (prepare) prepare();
+      call_under_id(call, ++next_id_);
+    }
+    DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
+    check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+
+    std::vector<KernelSample> out(static_cast<std::size_t>(count));
+    ActivityStore& st = store();
+    std::lock_guard<std::mutex> lock(st.mutex);
+    if (st.dropped.load() != dropped_before || st.bad_buffers.load() != bad_before) {
+      for (KernelSample& s : out) {
+        s.dropped_records = true;
+        s.invalid_reason = "CUPTI dropped activity records during the sample's batch";
+      }
+      flush_before_ = true;
+      return out;
+    }
+    std::unordered_map<std::uint32_t, std::size_t> sample_of;  // correlation id -> sample
+    for (const auto& [external, correlation] : st.external) {
+      if (external >= first_id && external < first_id + static_cast<std::uint64_t>(count)) {
+        sample_of[correlation] = static_cast<std::size_t>(external - first_id);
+      }
+    }
+    if (sample_of.empty()) {
+      // Without external-correlation records a batch cannot be split into its samples (window attribution
+      // needs a synchronization on either side of each call): these samples are discarded and every later
+      // one is taken alone.
+      batching_ = false;
+      flush_before_ = true;
+      for (KernelSample& s : out) s.invalid_reason = "no external-correlation record for a batch of samples";
+      return out;
+    }
+    flush_before_ = false;
+    struct Span {
+      std::uint64_t first = std::numeric_limits<std::uint64_t>::max(), last = 0, sum = 0;
+      int count = 0;
+      bool bad = false;
+    };
+    std::vector<Span> spans(out.size());
+    for (const KernelRecord& k : st.kernels) {
+      const auto it = sample_of.find(k.correlation);
+      if (it == sample_of.end()) continue;  // a flush, a touch or other work: in no sample
+      Span& sp = spans[it->second];
+      if (k.end < k.start) {
+        sp.bad = true;
+        continue;
+      }
+      sp.sum += k.end - k.start;
+      sp.first = std::min(sp.first, k.start);
+      sp.last = std::max(sp.last, k.end);
+      ++sp.count;
+      if (it->second == 0 && want_names_first) out[0].names.push_back(k.name);
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      KernelSample& s = out[i];
+      const Span& sp = spans[i];
+      if (sp.bad) {
+        s.invalid_reason = "a kernel record has end < start";
+      } else if (sp.count == 0) {
+        s.invalid_reason = "no kernel was attributed to the call";
+      } else {
+        s.valid = true;
+        s.kernels = sp.count;
+        s.sum_ms = static_cast<double>(sp.sum) * 1e-6;
+        s.span_ms = static_cast<double>(sp.last - sp.first) * 1e-6;
+      }
+    }
+    return out;
+  }
 
   KernelSample time_call(const std::function<void()>& call, cudaStream_t, bool want_names) override {
     // Records of earlier work are dropped from the store first. Kernels are attributed by external
@@ -153,18 +237,7 @@ class CuptiTimer final : public GpuTimer {
     const std::uint64_t dropped_before = store().dropped.load();
     const std::uint64_t bad_before = store().bad_buffers.load();
     const std::uint64_t id = ++next_id_;
-    check_cupti(cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id),
-                "cuptiActivityPushExternalCorrelationId");
-    std::exception_ptr failure;
-    try {
-      call();
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    std::uint64_t popped = 0;
-    const CUptiResult pop = cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped);
-    if (failure) std::rethrow_exception(failure);
-    check_cupti(pop, "cuptiActivityPopExternalCorrelationId");
+    call_under_id(call, id);
     DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
     check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
 
@@ -208,6 +281,22 @@ class CuptiTimer final : public GpuTimer {
   }
 
  private:
+  // Runs `call` with `id` pushed as the CUSTOM0 external correlation id (its CUDA API calls, and so its
+  // kernels, carry it); the id is popped whatever `call` throws, and what it threw is rethrown.
+  static void call_under_id(const std::function<void()>& call, std::uint64_t id) {
+    check_cupti(cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id),
+                "cuptiActivityPushExternalCorrelationId");
+    std::exception_ptr failure;
+    try {
+      call();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    std::uint64_t popped = 0;
+    const CUptiResult pop = cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped);
+    if (failure) std::rethrow_exception(failure);
+    check_cupti(pop, "cuptiActivityPopExternalCorrelationId");
+  }
   static void clear() {
     std::lock_guard<std::mutex> lock(store().mutex);
     store().kernels.clear();
@@ -215,10 +304,22 @@ class CuptiTimer final : public GpuTimer {
   }
   std::uint64_t next_id_ = 0;
   bool flush_before_ = true;
+  bool batching_ = true;  // until a batch comes without external-correlation records
   bool enabled_kernel_ = false, enabled_external_ = false, enabled_runtime_ = false, enabled_driver_ = false;
 };
 
 }  // namespace
+
+std::vector<KernelSample> GpuTimer::time_calls(const std::function<void()>& call, const std::function<void()>& prepare,
+                                               cudaStream_t stream, int count, bool want_names_first) {
+  std::vector<KernelSample> out;
+  out.reserve(static_cast<std::size_t>(std::max(count, 1)));
+  for (int i = 0; i < std::max(count, 1); ++i) {
+    if (prepare) prepare();
+    out.push_back(time_call(call, stream, want_names_first && i == 0));
+  }
+  return out;
+}
 
 std::unique_ptr<GpuTimer> make_gpu_timer(std::string* why_not_cupti) {
   const char* forced = std::getenv("DETOPS_BENCH_TIMER");

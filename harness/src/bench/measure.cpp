@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "detops/harness/bench/stats.h"
@@ -54,12 +56,9 @@ Measurement measure_call(const std::function<void()>& call, cudaStream_t stream,
                          const NvmlDevice& nvml, double default_sm_clock_mhz, const MeasureSettings& settings,
                          L2Flusher& flusher, const std::function<void()>& touch) {
   const std::function<void()> before = sample_preparation(settings, flusher, touch, stream);
-  auto prepare = [&] {
-    if (before) before();
-  };
   Measurement m;
   for (int i = 0; i < settings.warmup_calls; ++i) {
-    prepare();
+    if (before) before();
     call();
     DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -68,40 +67,61 @@ Measurement measure_call(const std::function<void()>& call, cudaStream_t stream,
   const auto t0 = std::chrono::steady_clock::now();
   std::int64_t invalid_in_a_row = 0;
   std::string last_invalid;
+  int batch = 1;  // the first sample alone: its kernel time sizes the batches, its names are kept
   for (;;) {
-    prepare();
-    const bool want_names = m.samples_ms.empty();
-    const KernelSample s = timer.time_call(call, stream, want_names);
-    const int clock = nvml.sm_clock_mhz();
-    if (!s.valid) {
-      if (s.dropped_records) {
-        ++m.discarded_dropped_records;
+    const std::vector<KernelSample> samples = timer.time_calls(call, before, stream, batch, m.samples_ms.empty());
+    const int clock = nvml.sm_clock_mhz();  // after the batch's synchronization
+    ++m.batches;
+    m.largest_batch = std::max(m.largest_batch, static_cast<int>(samples.size()));
+    const KernelSample* last_valid = nullptr;
+    std::optional<StopReason> reason;
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      const KernelSample& s = samples[i];
+      if (!s.valid) {
+        if (s.dropped_records) {
+          ++m.discarded_dropped_records;
+        } else {
+          ++m.discarded_other;
+        }
+        last_invalid = s.invalid_reason;
+        if (m.samples_ms.empty() && ++invalid_in_a_row >= settings.max_invalid_without_valid) {
+          throw std::runtime_error("no valid sample in " + std::to_string(invalid_in_a_row) + " tries: " + last_invalid);
+        }
+      } else if (is_throttled(clock, default_sm_clock_mhz, settings.throttle_fraction)) {
+        ++m.discarded_throttled;
       } else {
-        ++m.discarded_other;
+        if (m.samples_ms.empty()) {
+          m.kernels_per_call = s.kernels;
+          m.kernel_names = s.names;
+        } else if (s.kernels != m.kernels_per_call) {
+          m.kernels_per_call_varied = true;
+        }
+        if (s.window_attribution) ++m.window_attributed_samples;
+        m.samples_ms.push_back(s.sum_ms);
+        m.span_samples_ms.push_back(s.span_ms);
+        if (clock > 0) m.sm_clocks_mhz.push_back(clock);
+        rule.add(s.sum_ms * 1e-3);
+        last_valid = &s;
       }
-      last_invalid = s.invalid_reason;
-      if (m.samples_ms.empty() && ++invalid_in_a_row >= settings.max_invalid_without_valid) {
-        throw std::runtime_error("no valid sample in " + std::to_string(invalid_in_a_row) + " tries: " + last_invalid);
+      reason = rule.decide(seconds_since(t0));
+      if (reason) {
+        m.unused_after_stop += static_cast<std::int64_t>(samples.size() - i - 1);
+        break;
       }
-    } else if (is_throttled(clock, default_sm_clock_mhz, settings.throttle_fraction)) {
-      ++m.discarded_throttled;
-    } else {
-      if (m.samples_ms.empty()) {
-        m.kernels_per_call = s.kernels;
-        m.kernel_names = s.names;
-      } else if (s.kernels != m.kernels_per_call) {
-        m.kernels_per_call_varied = true;
-      }
-      if (s.window_attribution) ++m.window_attributed_samples;
-      m.samples_ms.push_back(s.sum_ms);
-      m.span_samples_ms.push_back(s.span_ms);
-      if (clock > 0) m.sm_clocks_mhz.push_back(clock);
-      rule.add(s.sum_ms * 1e-3);
     }
-    const auto reason = rule.decide(seconds_since(t0));
     if (reason) {
       m.stop_reason = stop_reason_name(*reason);
       break;
+    }
+    // The next batch: about batch_gpu_s of kernel time, never past max_samples; one at a time when the timer
+    // cannot batch, or the last sample needed window attribution (which a batch cannot do).
+    batch = 1;
+    if (timer.batches() && settings.max_batch > 1 && last_valid != nullptr && !last_valid->window_attribution) {
+      const double per_sample_s = std::max(last_valid->sum_ms * 1e-3, 1e-7);
+      const double fit = std::floor(settings.batch_gpu_s / per_sample_s);
+      batch = static_cast<int>(std::clamp(fit, 1.0, static_cast<double>(settings.max_batch)));
+      const std::int64_t left = settings.stopping.max_samples - static_cast<std::int64_t>(m.samples_ms.size());
+      if (left >= 1 && left < batch) batch = static_cast<int>(left);
     }
   }
   m.wall_time_s = seconds_since(t0);

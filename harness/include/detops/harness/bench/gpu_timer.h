@@ -30,6 +30,19 @@ class GpuTimer {
   // not counted. The device is synchronized before this returns. Throws std::runtime_error on a
   // CUDA/CUPTI failure, and rethrows what `call` throws.
   virtual KernelSample time_call(const std::function<void()>& call, cudaStream_t stream, bool want_names) = 0;
+
+  // `count` samples back to back: before each, `prepare` (untimed; may be empty: the L2 flush or a warm
+  // case's touch), then `call`. Sample i holds the kernels call i launched, exactly as time_call would
+  // attribute them; a batching timer synchronizes and flushes its records once for the whole batch
+  // instead of once per sample, which is where a sample's host time goes. Names are taken for the first
+  // sample when want_names_first. The default (and any timer that cannot batch) runs prepare and
+  // time_call once per sample.
+  virtual std::vector<KernelSample> time_calls(const std::function<void()>& call, const std::function<void()>& prepare,
+                                               cudaStream_t stream, int count, bool want_names_first);
+
+  // Whether time_calls with count > 1 saves anything (and still attributes each sample by itself): true for
+  // CUPTI while its external-correlation records arrive; false for CUDA events.
+  virtual bool batches() const { return false; }
 };
 
 // CUPTI when it initializes (activity buffers registered, CONCURRENT_KERNEL and EXTERNAL_CORRELATION

@@ -22,6 +22,11 @@ struct MeasureSettings {
   double throttle_fraction = 0.75;
   int warmup_calls = 3;  // untimed calls before sampling, each after the same L2 preparation as a sample
   int max_invalid_without_valid = 20;  // invalid samples in a row, before any valid one, that fail the benchmark
+  // Batching (timers that can, i.e. CUPTI): after a first sample taken alone, up to max_batch samples are
+  // queued between two synchronizations, as many as make about batch_gpu_s of the last sample's kernel time.
+  // max_batch 1: every sample alone (the host synchronizes, flushes CUPTI and reads the clock after each).
+  int max_batch = 64;
+  double batch_gpu_s = 0.005;
 };
 
 struct Measurement {
@@ -33,6 +38,9 @@ struct Measurement {
   bool kernels_per_call_varied = false;
   std::int64_t discarded_throttled = 0, discarded_dropped_records = 0, discarded_other = 0;
   std::int64_t window_attributed_samples = 0;
+  std::int64_t batches = 0;           // synchronizations (a sample taken alone is a batch of one)
+  int largest_batch = 0;
+  std::int64_t unused_after_stop = 0;  // samples of the last batch after the one that made the rule stop
 };
 
 // A device buffer of at least the L2 size (cudaDevAttrL2CacheSize, at least 1 MiB) that flush() clears
@@ -57,7 +65,10 @@ class L2Flusher {
 std::function<void()> sample_preparation(const MeasureSettings& settings, L2Flusher& flusher,
                                          const std::function<void()>& touch, cudaStream_t stream);
 
-// Samples `call` until the stopping rule says stop. default_sm_clock_mhz <= 0 or an unavailable NVML
+// Samples `call` until the stopping rule says stop. Samples are taken in batches (settings.max_batch) when
+// the timer batches; each is still one call after its own preparation, attributed by itself, and handed to
+// the stopping rule in order; the rule stops at the same sample as it would one sample at a time, and the
+// batch's later samples are not used. The SM clock is read once per batch and applies to its samples. default_sm_clock_mhz <= 0 or an unavailable NVML
 // device: no throttle check. Before each warm-up call and each sample, outside the timed range: `touch`
 // when it is given (a warm case: it rewrites the call's main input on `stream`; the stream is then
 // synchronized, so no kernel of it can be attributed to the call), else the L2 flush when
