@@ -89,8 +89,8 @@ def kernel_sample_times(prof, n):
                 continue
             if e.name() == RANGE:
                 ranges.append((e.start_ns(), e.end_ns()))
-            else:
-                op_start[e.correlation_id()] = e.start_ns()
+            else:  # the tree gives a device activity to every frontend op of its linked id
+                op_start.setdefault(e.correlation_id(), []).append(e.start_ns())
         elif kind == DeviceType.CUDA and linked > 0:
             device.append((linked, e.end_ns() - e.start_ns()))
     ranges.sort()
@@ -101,14 +101,38 @@ def kernel_sample_times(prof, n):
     starts = [r[0] for r in ranges]
     totals, counts = [0] * n, [0] * n
     for linked, duration_ns in device:
-        t = op_start.get(linked)
-        if t is None:
-            continue  # launched by no recorded op, or by the range itself (as the tree path: not counted)
-        i = bisect.bisect_right(starts, t) - 1
-        if i >= 0 and t <= ranges[i][1]:
-            totals[i] += duration_ns
-            counts[i] += 1
+        # No start: launched by no recorded op, or by the range itself (the tree path does not count it either).
+        for t in op_start.get(linked, ()):
+            i = bisect.bisect_right(starts, t) - 1
+            if i >= 0 and t <= ranges[i][1]:
+                totals[i] += duration_ns
+                counts[i] += 1
     return [t / 1e6 for t in totals], counts  # ns -> ms
+
+
+# How samples are attributed in this run: the raw events, checked once against the tree on the run's first
+# measurement (attributed_sample_times); "tree" from then on if the two ever disagreed.
+ATTRIBUTION = {"method": "raw Kineto events", "checked": False, "note": None}
+
+
+def attributed_sample_times(prof, n):
+    """kernel_sample_times, checked on the first call of the run against the FunctionEvent tree (same counts, times
+    equal to 1e-9 relative): on a disagreement the run says so on stderr and uses the tree from then on."""
+    if ATTRIBUTION["method"] == "tree":
+        return kernel_sample_times_from_function_events(prof, n)
+    times, counts = kernel_sample_times(prof, n)
+    if not ATTRIBUTION["checked"]:
+        ATTRIBUTION["checked"] = True
+        tree_times, tree_counts = kernel_sample_times_from_function_events(prof, n)
+        same = counts == tree_counts and all(abs(a - b) <= 1e-9 * max(abs(b), 1e-12) for a, b in zip(times, tree_times))
+        if not same:
+            diff = next(i for i in range(n) if counts[i] != tree_counts[i] or abs(times[i] - tree_times[i]) > 1e-9 * max(abs(tree_times[i]), 1e-12))
+            ATTRIBUTION.update(method="tree", note=(
+                f"raw Kineto attribution disagreed with the FunctionEvent tree at sample {diff} ({counts[diff]} "
+                f"kernels, {times[diff]:.6g} ms vs {tree_counts[diff]}, {tree_times[diff]:.6g} ms): the tree is used"))
+            print(f"peer_bench: {ATTRIBUTION['note']}", file=sys.stderr, flush=True)
+            return tree_times, tree_counts
+    return times, counts
 
 
 def kernel_sample_times_from_function_events(prof, n):
@@ -155,7 +179,7 @@ def measure(torch, fn, samples, warmup, flush, touch=None):
             with record_function(RANGE):
                 fn()
         torch.cuda.synchronize()
-    times, counts = kernel_sample_times(prof, samples)
+    times, counts = attributed_sample_times(prof, samples)
     if min(counts) == 0:
         raise RuntimeError("a sample recorded no kernel: the profiler did not attribute the kernels to the range")
     return statistics.median(times), times
@@ -264,7 +288,8 @@ def main(argv=None):
         del base
         torch.cuda.empty_cache()
     print(markdown_table(entries))
-    print(f"\n{len(entries)} entries in {time.time() - t_start:.0f} s; timer: {TIMER}, cold L2 "
+    print(f"\n{len(entries)} entries in {time.time() - t_start:.0f} s; timer: {TIMER} (samples attributed from "
+          f"{ATTRIBUTION['method']}{'; ' + ATTRIBUTION['note'] if ATTRIBUTION['note'] else ''}), cold L2 "
           f"({2 * l2 >> 20} MiB flush; warm cases: the input rewritten in place instead), median of >= "
           f"{args.samples} samples per side; peak DRAM bandwidth: {peak[1]}")
     if skipped:

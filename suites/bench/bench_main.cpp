@@ -49,6 +49,7 @@ struct Flags {
   double timeout_s = 15.0;
   std::int64_t max_samples = 3000;
   int max_batch = 64;
+  double min_batched_kernel_us = 50;
   double calibration_work = 1.0;
   bool metrics = false;
   std::string filter;  // Google Benchmark's --benchmark_filter, applied here to our names
@@ -109,6 +110,11 @@ Flags parse_flags(int& argc, char** argv) {
         throw std::invalid_argument("--detops_max_batch must be an integer in [1, 1024]; got " + *v9);
       }
       f.max_batch = static_cast<int>(b);
+    } else if (auto v10 = value_of("detops_min_batched_kernel_us")) {
+      f.min_batched_kernel_us = parse_number("--detops_min_batched_kernel_us", *v10);
+      if (!(f.min_batched_kernel_us >= 0 && f.min_batched_kernel_us <= 1e6)) {
+        throw std::invalid_argument("--detops_min_batched_kernel_us must be a number in [0, 1e6]; got " + *v10);
+      }
     } else if (auto v6 = value_of("detops_calibration_work")) {
       f.calibration_work = parse_number("--detops_calibration_work", *v6);
       if (!(f.calibration_work > 0 && f.calibration_work <= 100)) {
@@ -120,6 +126,7 @@ Flags parse_flags(int& argc, char** argv) {
       throw std::invalid_argument("unknown flag " + a +
                                   " (known: --detops_record, --detops_correctness_json, --detops_warm, "
                                   "--detops_min_time_s, --detops_repetitions, --detops_timeout_s, --detops_max_samples, --detops_max_batch, "
+                                  "--detops_min_batched_kernel_us, "
                                   "--detops_calibration_work, --detops_metrics)");
     } else {
       argv[out++] = argv[i];
@@ -192,6 +199,7 @@ class Runner {
     settings_.cold_l2 = !flags_.warm;
     settings_.repetitions = flags_.repetitions;
     settings_.max_batch = flags_.max_batch;
+    settings_.min_batched_kernel_s = flags_.min_batched_kernel_us * 1e-6;
     if (flags_.metrics) {
       hw_ = std::make_unique<HwMetricsProfiler>(0);
       if (!hw_->available()) log << "detops_bench: hardware metrics skipped: " << hw_->reason() << "\n";
@@ -216,11 +224,12 @@ class Runner {
                    {"repetitions", settings_.repetitions},
                    {"max_batch", settings_.max_batch},
                    {"batch_gpu_s", settings_.batch_gpu_s},
+                   {"min_batched_kernel_s", settings_.min_batched_kernel_s},
                    {"batching",
                     timer_->batches()
                         ? "after a first sample alone, up to max_batch samples (each after its own flush or touch) "
                           "queued between two synchronizations, as many as make batch_gpu_s of the last sample's "
-                          "kernel time; each sample attributed by its own external correlation id; the SM clock "
+                          "kernel time, when that is at least min_batched_kernel_s (shorter calls alone); each sample attributed by its own external correlation id; the SM clock "
                           "read once per batch (docs/benchmarks.md)"
                         : std::string("none: every sample alone (") + timer_->name() + " timer)"},
                    {"throttle_fraction", settings_.throttle_fraction},

@@ -121,6 +121,7 @@ TEST_F(BatchedTimer, TheLoopStopsAtTheSampleTheRuleNames) {
   L2Flusher flusher(0);
   MeasureSettings settings;
   settings.batch_gpu_s = 1.0;  // every later batch as large as max_batch allows
+  settings.min_batched_kernel_s = 0;  // the short calls (two ~12 us kernels) batch too
   settings.max_batch = 32;
   // Converges at the 10th sample (any noise is below 100 %): one lone sample, then a batch of 32 of which
   // 9 are used.
@@ -146,7 +147,17 @@ TEST_F(BatchedTimer, TheLoopStopsAtTheSampleTheRuleNames) {
   EXPECT_EQ(m.batches, 1 + 3 + 1);  // 1, 32, 32, 32, then the 3 left
   EXPECT_EQ(m.largest_batch, 32);
 
+  // Calls shorter than min_batched_kernel_s are taken alone: the loop starts on a short call (two short
+  // kernels, far below 1 s), so no batch ever forms.
+  settings.max_batch = 32;
+  settings.min_batched_kernel_s = 1.0;
+  m = measure_call(call_, stream_, *timer_, no_clock, 0, settings, flusher);
+  EXPECT_EQ(m.samples_ms.size(), 100u);
+  EXPECT_EQ(m.batches, 100);
+  EXPECT_EQ(m.largest_batch, 1);
+
   // max_batch 1: every sample alone, as before batching.
+  settings.min_batched_kernel_s = 0;
   settings.max_batch = 1;
   m = measure_call(call_, stream_, *timer_, no_clock, 0, settings, flusher);
   EXPECT_EQ(m.samples_ms.size(), 100u);

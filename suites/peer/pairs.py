@@ -49,6 +49,11 @@ class Pair:
     kind: str = "dense"       # "dense" (values within tolerance) or "nms" (keep lists)
     tol: dict = dataclasses.field(default_factory=lambda: dict(TOL))
     grad_tol: dict = dataclasses.field(default_factory=dict)  # {grad key: {dtype: (atol, rtol)}}: where tol is not it
+    # {grad key: dtypes} whose gradient, where it misses the tolerance, is judged against the peer's own error in
+    # that dtype on the same inputs (test_peer.py: at most PEER_ERROR_FACTOR times it): gradients summed from so
+    # many contributions (thousands of RPN proposals over one pixel) that the dtype's rounding of the sum, not
+    # the kernel, sets the error; the fp64 checks hold the kernel's logic to the tight tolerance.
+    grad_vs_peer: dict = dataclasses.field(default_factory=dict)
     truth_dtype: Callable = lambda dtype: F64  # the peer's dtype for the truth, given ours
     truth_note: str = "torchvision in fp64 on our rounded inputs"
     # "torchvision" or PLAIN: what a user without mmcv writes in PyTorch (ops torchvision lacks, issue 12).
@@ -473,7 +478,7 @@ def _tv_roi_align(i):
 
 PAIRS = [
     Pair("roi_align", "torchvision.ops.roi_align", make_roi, _roi_align, _tv_roi_align, roi_align_cases(),
-         ("x", "rois"), grad_keys=("x",)),
+         ("x", "rois"), grad_keys=("x",), grad_vs_peer={"x": (F32,)}),
     Pair("roi_pool", "torchvision.ops.roi_pool", make_roi,
          lambda i: _d().roi_pool(i["x"], i["rois"], i["scale"], i["pooled"], i["pooled"])[0],
          lambda i: _tvops().roi_pool(i["x"], i["rois"], (i["pooled"], i["pooled"]), spatial_scale=i["scale"]),

@@ -11,6 +11,10 @@ import math  # noqa: E402
 from peer import nms_checks, pairs  # noqa: E402
 from peer.pairs import ALL_DTYPES, DTYPE_NAME, F64, LANDING, NO_PEER, PAIRS, PLAIN  # noqa: E402
 
+# Pair.grad_vs_peer: our error may be this many times the peer's own in the same dtype (the order in which atomic
+# additions land changes from run to run; on the H200's RPN proposals the two errors were within 2 % of each other).
+PEER_ERROR_FACTOR = 2.0
+
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 PARAMS = [pytest.param(p, c, id=f"{p.op}-{c.name}") for p in PAIRS for c in p.cases]
@@ -67,10 +71,53 @@ def test_matches_torchvision_truth(pair, case, dtype, device):
     assert ours.shape == truth.shape, where
     torch.testing.assert_close(ours.detach().to(truth.dtype), truth.detach(), atol=atol, rtol=rtol,
                                msg=lambda m: f"forward {where} vs {pair.truth_note}: {m}")
-    for k, a, b in zip(pairs.grad_keys(pair, inp), g_ours, g_truth):
-        atol, rtol = pair.grad_tol.get(k, pair.tol)[dtype]
+    keys = pairs.grad_keys(pair, inp)
+    for k, a, b in zip(keys, g_ours, g_truth):
+        assert_grad_close(pair, k, keys, a, b, inp, dtype, device, where)
+
+
+def assert_grad_close(pair, k, keys, a, b, inp, dtype, device, where):
+    """Our gradient a of input k against the truth b: within the pair's tolerance, or, for the keys and dtypes in
+    pair.grad_vs_peer, at most PEER_ERROR_FACTOR times the peer's own error in that dtype on the same inputs."""
+    atol, rtol = pair.grad_tol.get(k, pair.tol)[dtype]
+    try:
         torch.testing.assert_close(a.to(b.dtype), b, atol=atol, rtol=rtol,
                                    msg=lambda m: f"grad of {k} {where} vs {pair.truth_note}: {m}")
+    except AssertionError:
+        if dtype not in pair.grad_vs_peer.get(k, ()) or pairs.torchvision_kernel_missing(pair, dtype, device):
+            raise
+        # The dtype's rounding of a deep sum: at most PEER_ERROR_FACTOR x the peer's own error in this dtype.
+        theirs = torch.autograd.grad(pair.tv(inp).sum(), [inp[j] for j in keys])[keys.index(k)]
+        ours_err, peer_err = pairs.max_abs_error(a, b), pairs.max_abs_error(theirs, b)
+        assert ours_err <= PEER_ERROR_FACTOR * peer_err, (
+            f"grad of {k} {where}: max error {ours_err:.3g} against {pair.truth_note}, over the tolerance "
+            f"(atol {atol:g}, rtol {rtol:g}) and over {PEER_ERROR_FACTOR:g}x {pair.torchvision}'s own "
+            f"{DTYPE_NAME[dtype]} error {peer_err:.3g}")
+
+
+def test_a_deep_sum_gradient_is_judged_against_the_peers_own_error():
+    """Pair.grad_vs_peer on the CPU (the RPN cases that need it run on CUDA only): with the tolerance made 0, our
+    fp32 x-gradient passes when it is as close to the fp64 truth as torchvision's fp32 one, and an error of 1e-2
+    at one pixel fails with both errors named; a dtype outside grad_vs_peer keeps the plain tolerance."""
+    import dataclasses
+
+    base_pair = next(p for p in PAIRS if p.op == "roi_align")
+    pair = dataclasses.replace(base_pair, grad_tol={"x": {d: (0.0, 0.0) for d in ALL_DTYPES}})
+    case = next(c for c in pair.cases if c.kind == "random")
+    dtype = torch.float32
+    _, _, g_ours, g_truth, inp = run_pair(pair, case, dtype, "cpu", backward=True)
+    keys = pairs.grad_keys(pair, inp)
+    a, b = g_ours[0], g_truth[0]
+    theirs = torch.autograd.grad(pair.tv(inp).sum(), [inp["x"]])[0]
+    assert pairs.max_abs_error(theirs, b) > 0, "torchvision's fp32 gradient should carry rounding error here"
+    ok = b.to(a.dtype).clone() if pairs.max_abs_error(a, b) > PEER_ERROR_FACTOR * pairs.max_abs_error(theirs, b) else a
+    assert_grad_close(pair, "x", keys, ok, b, inp, dtype, "cpu", "test")
+    wrong = ok.clone()
+    wrong.view(-1)[wrong.numel() // 2] += 1e-2
+    with pytest.raises(AssertionError, match=r"max error 0\.01.* over 2x torchvision\.ops\.roi_align's own fp32 error"):
+        assert_grad_close(pair, "x", keys, wrong, b, inp, dtype, "cpu", "test")
+    with pytest.raises(AssertionError, match="Tensor-likes are not (close|equal)"):
+        assert_grad_close(pair, "x", keys, ok, b, inp, torch.float64, "cpu", "test")
 
 
 @pytest.mark.parametrize("device", DEVICES)

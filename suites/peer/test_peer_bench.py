@@ -336,7 +336,7 @@ def test_measure_touches_outside_the_profiled_range(monkeypatch):
         seen.update(ranges=ranges, prep=prep, names={e.name for e in events})
         return [1.0] * n, [1] * n
 
-    monkeypatch.setattr(peer_bench, "kernel_sample_times", fake_kernel_sample_times)
+    monkeypatch.setattr(peer_bench, "attributed_sample_times", fake_kernel_sample_times)
     calls = []
 
     def touch():
@@ -415,3 +415,25 @@ def test_raw_kineto_attribution_equals_the_function_event_tree(direction):
     assert fast_t == pytest.approx(tree_t, rel=1e-9, abs=1e-9)
     # The flush is a kernel of its own (fill): were it attributed, every sample would hold one more kernel.
     assert max(fast_c) == min(fast_c)
+
+
+def test_attribution_falls_back_to_the_tree_when_the_raw_events_disagree(monkeypatch, capsys):
+    """The run's first measurement compares the raw-event attribution with the FunctionEvent tree; a disagreement
+    is said on stderr, that measurement and every later one use the tree, and agreement keeps the raw path."""
+    monkeypatch.setattr(peer_bench, "ATTRIBUTION", {"method": "raw Kineto events", "checked": False, "note": None})
+    tree = ([0.5, 0.5], [2, 2])
+    monkeypatch.setattr(peer_bench, "kernel_sample_times_from_function_events", lambda prof, n: tree)
+    monkeypatch.setattr(peer_bench, "kernel_sample_times", lambda prof, n: ([0.25, 0.5], [1, 2]))
+    assert peer_bench.attributed_sample_times(None, 2) == tree
+    assert peer_bench.ATTRIBUTION["method"] == "tree"
+    assert "disagreed with the FunctionEvent tree at sample 0 (1 kernels" in capsys.readouterr().err
+    monkeypatch.setattr(peer_bench, "kernel_sample_times", lambda prof, n: pytest.fail("the raw path after a disagreement"))
+    assert peer_bench.attributed_sample_times(None, 2) == tree
+
+    monkeypatch.setattr(peer_bench, "ATTRIBUTION", {"method": "raw Kineto events", "checked": False, "note": None})
+    calls = []
+    monkeypatch.setattr(peer_bench, "kernel_sample_times", lambda prof, n: ([0.5, 0.5], [2, 2]))
+    monkeypatch.setattr(peer_bench, "kernel_sample_times_from_function_events", lambda prof, n: calls.append(1) or tree)
+    assert peer_bench.attributed_sample_times(None, 2) == tree
+    assert peer_bench.attributed_sample_times(None, 2) == tree
+    assert calls == [1] and peer_bench.ATTRIBUTION["method"] == "raw Kineto events"  # the tree built once only

@@ -255,6 +255,28 @@ json gtest_fixture() {
     ]})");
 }
 
+TEST(BenchBatches, NextBatchSizeFillsTheGpuTimeWithinItsBounds) {
+  // 5 ms of kernel time: 100 us samples -> 50, 1 ms -> 5, 3.6 ms -> 1 (at least one).
+  EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, 100e-6, 0), 50);
+  EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, 1e-3, 0), 5);
+  EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, 3.6e-3, 0), 1);
+  // Capped by max_batch, and by the samples max_samples still allows (when any are left to count).
+  EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, 60e-6, 0), 64);
+  EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, 60e-6, 7), 7);
+  EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, 60e-6, 200), 64);
+  EXPECT_EQ(next_batch_size(8, 0.005, 50e-6, 60e-6, 0), 8);
+}
+
+TEST(BenchBatches, ShortKernelsAndUnbatchableSamplesAreTakenAlone) {
+  EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, 49.9e-6, 0), 1);  // below the floor: alone
+  EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, 50e-6, 0), 64);   // at it: batched
+  EXPECT_EQ(next_batch_size(64, 0.005, 0, 10e-6, 0), 64);       // no floor: a 10 us kernel batches
+  EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, -1.0, 0), 1);     // no valid sample / window attribution
+  EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, std::nan(""), 0), 1);
+  EXPECT_EQ(next_batch_size(1, 0.005, 0, 100e-6, 0), 1);        // --detops_max_batch=1
+  EXPECT_EQ(next_batch_size(64, 0.005, 0, 0.0, 0), 64);         // a zero-time sample cannot divide by zero
+}
+
 TEST(BenchCorrectness, DigestsGtestJson) {
   const json d = digest_gtest_json(gtest_fixture());
   EXPECT_EQ(d["summary"]["passed"], 1);

@@ -113,16 +113,12 @@ Measurement measure_call(const std::function<void()>& call, cudaStream_t stream,
       m.stop_reason = stop_reason_name(*reason);
       break;
     }
-    // The next batch: about batch_gpu_s of kernel time, never past max_samples; one at a time when the timer
-    // cannot batch, or the last sample needed window attribution (which a batch cannot do).
-    batch = 1;
-    if (timer.batches() && settings.max_batch > 1 && last_valid != nullptr && !last_valid->window_attribution) {
-      const double per_sample_s = std::max(last_valid->sum_ms * 1e-3, 1e-7);
-      const double fit = std::floor(settings.batch_gpu_s / per_sample_s);
-      batch = static_cast<int>(std::clamp(fit, 1.0, static_cast<double>(settings.max_batch)));
-      const std::int64_t left = settings.stopping.max_samples - static_cast<std::int64_t>(m.samples_ms.size());
-      if (left >= 1 && left < batch) batch = static_cast<int>(left);
-    }
+    // The next batch (next_batch_size, stopping.h): one sample when the timer cannot batch, the last sample
+    // needed window attribution (which a batch cannot do) or its kernels were too short to batch.
+    const bool can_batch = timer.batches() && last_valid != nullptr && !last_valid->window_attribution;
+    batch = next_batch_size(settings.max_batch, settings.batch_gpu_s, settings.min_batched_kernel_s,
+                            can_batch ? last_valid->sum_ms * 1e-3 : -1.0,
+                            settings.stopping.max_samples - static_cast<std::int64_t>(m.samples_ms.size()));
   }
   m.wall_time_s = seconds_since(t0);
   m.gpu_time_s = rule.total_s();

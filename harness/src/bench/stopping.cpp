@@ -1,5 +1,6 @@
 #include "detops/harness/bench/stopping.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace detops::harness::bench {
@@ -50,6 +51,15 @@ std::optional<StopReason> StoppingRule::decide(double elapsed_wall_s) const {
   if (count_ >= settings_.max_samples) return StopReason::kMaxSamples;
   if (elapsed_wall_s > settings_.timeout_s) return StopReason::kTimeout;
   return std::nullopt;
+}
+
+int next_batch_size(int max_batch, double batch_gpu_s, double min_batched_kernel_s, double last_kernel_s,
+                    std::int64_t samples_left) {
+  if (max_batch <= 1 || !(last_kernel_s >= 0) || last_kernel_s < min_batched_kernel_s) return 1;
+  const double fit = std::floor(batch_gpu_s / std::max(last_kernel_s, 1e-7));
+  int batch = static_cast<int>(std::clamp(fit, 1.0, static_cast<double>(max_batch)));
+  if (samples_left >= 1 && samples_left < batch) batch = static_cast<int>(samples_left);
+  return batch;
 }
 
 bool is_throttled(double sm_clock_mhz, double default_sm_clock_mhz, double fraction) {

@@ -25,8 +25,10 @@ struct MeasureSettings {
   // Batching (timers that can, i.e. CUPTI): after a first sample taken alone, up to max_batch samples are
   // queued between two synchronizations, as many as make about batch_gpu_s of the last sample's kernel time.
   // max_batch 1: every sample alone (the host synchronizes, flushes CUPTI and reads the clock after each).
+  // Samples whose kernels took less than min_batched_kernel_s are taken alone (next_batch_size, stopping.h).
   int max_batch = 64;
   double batch_gpu_s = 0.005;
+  double min_batched_kernel_s = 50e-6;
 };
 
 struct Measurement {

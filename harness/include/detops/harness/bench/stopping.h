@@ -45,6 +45,15 @@ class StoppingRule {
   std::deque<double> noise_;              // relative stdev after each sample (finite values only)
 };
 
+// How many samples the sampling loop queues before its next synchronization (docs/benchmarks.md, "Batches"):
+// as many as make about batch_gpu_s of the last valid sample's kernel time, at least 1, at most max_batch
+// and at most samples_left (when > 0). One (the sample alone) when last_kernel_s < 0 (no valid sample yet,
+// a window-attributed sample, a timer that cannot batch) or below min_batched_kernel_s: on the H200, kernels
+// under 30 us measured 2-9 % longer when queued back to back behind the L2 flush than taken alone, while
+// kernels of 30 us to 1 ms measured the same (docs/benchmarks.md).
+int next_batch_size(int max_batch, double batch_gpu_s, double min_batched_kernel_s, double last_kernel_s,
+                    std::int64_t samples_left);
+
 // nvbench's throttle rule: a sample taken at an SM clock below fraction * default clock is discarded.
 // Unknown clocks (<= 0) never discard.
 bool is_throttled(double sm_clock_mhz, double default_sm_clock_mhz, double fraction);
