@@ -125,7 +125,7 @@ elapsed=$(( $(date +%s) - start ))
 step_times+=("correctness suite $elapsed s")
 [ $rc -ne 0 ] && status=1
 "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/summarize_correctness.py" "$out/correctness.json" --wall-seconds "$elapsed" \
-  | tee "$out/summary.md"
+  | tee "$out/summary.md" || { detops_log "no correctness summary (the line above says why)"; status=1; }
 
 # The peer suite beside the shards: its end (never during the benchmarks, which need the GPU alone).
 if [ $peer_beside = 1 ]; then

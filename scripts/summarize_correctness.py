@@ -5,7 +5,10 @@ Prints: the device, counts per op / check / dtype / device (passed, failed, skip
 checks, bitwise reproducibility per op / direction / device / dtype, the largest errors per dtype, the
 failures with their messages, the wall time when given, and where the tests' time went: per check and device,
 the longest tests, the phases (DETOPS_PHASE_TIMES=1 runs), references reused between a case's CPU and CUDA
-checks, and how the CUDA finite differences were evaluated. Exits 0; it reports, it does not judge.
+checks, and how the CUDA finite differences were evaluated. It reports, it does not judge: exit 0 once the summary
+is printed, whatever the tests did. A file that cannot be read or is not a GoogleTest JSON report (checked first,
+as the C++ digest checks it: validate_gtest) is one line on stderr naming the file, the JSON path and what was
+expected, and exit 2.
 """
 import argparse
 import collections
@@ -16,6 +19,67 @@ import sys
 def load(path):
     with open(path) as f:
         return json.load(f)
+
+
+# The string properties the summary reads from a test, when present (GoogleTest writes RecordProperty values as
+# strings).
+STRING_FIELDS = ("name", "result", "dtype", "time", "reference_reused", "fd_evaluation", "bitwise_reproducible",
+                 "max_abs_error", "max_rel_error")
+
+
+def _type(v):
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(v), "number" if isinstance(v, (int, float)) else type(v).__name__)
+
+
+def validate_gtest(rec):
+    """None when rec is a GoogleTest JSON report as this summary reads it, else '<JSON path>: expected ..., got ...'
+    (the first problem): an object with a "testsuites" array; each suite an object with a string "name" and a
+    "testsuite" array; each test an object with a string "name", the other fields read strings when present,
+    "failures" when present an array of objects with a string "failure"; a "tests" count above zero while the
+    suites hold no test is a truncated report."""
+    if not isinstance(rec, dict):
+        return f"not a GoogleTest JSON report: expected an object at the top level, got {_type(rec)}"
+    if "testsuites" not in rec:
+        keys = ", ".join(list(rec)[:5]) or "none (an empty object)"
+        return f"not a GoogleTest JSON report: no testsuites array (top-level keys: {keys})"
+    suites = rec["testsuites"]
+    if not isinstance(suites, list):
+        return f"testsuites: expected an array, got {_type(suites)}"
+    held = 0
+    for i, suite in enumerate(suites):
+        path = f"testsuites[{i}]"
+        if not isinstance(suite, dict):
+            return f"{path}: expected an object, got {_type(suite)}"
+        if not isinstance(suite.get("name"), str):
+            return f"{path}.name: expected a string, got {_type(suite.get('name')) if 'name' in suite else 'nothing'}"
+        tests = suite.get("testsuite")
+        if not isinstance(tests, list):
+            return f"{path}.testsuite: expected an array, got {_type(tests) if 'testsuite' in suite else 'nothing'}"
+        held += len(tests)
+        for j, t in enumerate(tests):
+            tp = f"{path}.testsuite[{j}]"
+            if not isinstance(t, dict):
+                return f"{tp}: expected an object, got {_type(t)}"
+            if "name" not in t:
+                return f"{tp}.name: expected a string, got nothing"
+            for key in STRING_FIELDS:
+                if key in t and not isinstance(t[key], str):
+                    return f"{tp}.{key}: expected a string, got {_type(t[key])}"
+            if "failures" in t:
+                if not isinstance(t["failures"], list):
+                    return f"{tp}.failures: expected an array, got {_type(t['failures'])}"
+                for k, f in enumerate(t["failures"]):
+                    if not isinstance(f, dict) or not isinstance(f.get("failure", ""), str):
+                        what = _type(f) if not isinstance(f, dict) else f"failure {_type(f.get('failure'))}"
+                        return f"{tp}.failures[{k}]: expected an object with a string failure, got {what}"
+    count = rec.get("tests")
+    if count is not None:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            return f"tests: expected a non-negative integer, got {_type(count)} {count!r}"
+        if count > 0 and held == 0:
+            return f"tests says {count}, the suites hold 0: a truncated or hand-edited GoogleTest JSON report"
+    return None
 
 
 def test_status(t):
@@ -33,9 +97,13 @@ def main():
     args = ap.parse_args()
     try:
         rec = load(args.record)
-    except (OSError, json.JSONDecodeError) as e:
-        print(f"cannot read {args.record}: {e}")
-        return 0
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        print(f"summarize_correctness: error: {args.record}: cannot read: {e}", file=sys.stderr)
+        return 2
+    problem = validate_gtest(rec)
+    if problem:
+        print(f"summarize_correctness: error: {args.record}: {problem}", file=sys.stderr)
+        return 2
 
     facts = {}
     if "detops_device_facts" in rec:

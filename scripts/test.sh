@@ -17,6 +17,7 @@ set -e
 cuda_record="$DETOPS_BUILD_DIR/test-results/correctness_cuda.json"
 if [ -f "$cuda_record" ] && ! detops_gpu_visible; then
   detops_log "CUDA correctness tests on this machine:"
-  "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/summarize_correctness.py" "$cuda_record" | sed -n '1,/^$/p;/^\*\*/p'
+  "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/summarize_correctness.py" "$cuda_record" | sed -n '1,/^$/p;/^\*\*/p' \
+    || detops_log "no summary of the CUDA correctness tests (the line above says why)"
 fi
 exit $rc
