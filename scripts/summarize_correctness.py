@@ -82,6 +82,22 @@ def validate_gtest(rec):
     return None
 
 
+def device_facts(rec):
+    """The report's detops_device_facts (a JSON object in a string), or {} when absent or not of that shape: the
+    summary then says no GPU was described, rather than failing on a field it only decorates the heading with."""
+    try:
+        facts = json.loads(rec.get("detops_device_facts", "{}"))
+    except (TypeError, ValueError):
+        return {}
+    if not isinstance(facts, dict):
+        return {}
+    if not isinstance(facts.get("gpu", {}), dict) or not isinstance(facts.get("build", {}), dict):
+        return {}
+    if not isinstance(facts.get("kernels", []), list) or not all(isinstance(k, dict) for k in facts.get("kernels", [])):
+        return {}
+    return facts
+
+
 def test_status(t):
     if t.get("result") == "SKIPPED":
         return "skipped"
@@ -90,11 +106,11 @@ def test_status(t):
     return "passed"
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("record")
     ap.add_argument("--wall-seconds", type=float, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     try:
         rec = load(args.record)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -105,12 +121,7 @@ def main():
         print(f"summarize_correctness: error: {args.record}: {problem}", file=sys.stderr)
         return 2
 
-    facts = {}
-    if "detops_device_facts" in rec:
-        try:
-            facts = json.loads(rec["detops_device_facts"])
-        except json.JSONDecodeError:
-            pass
+    facts = device_facts(rec)
     out = []
     gpu = facts.get("gpu", {})
     if gpu:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Coverage-guided fuzzing (atheris: libFuzzer for Python) of the readers of run records: scripts/compare.py,
 scripts/report.py, scripts/merge_records.py and scripts/baseline_key.py, each given the fuzzer's input as a record
-(and a valid baseline beside it). A reader may answer any input with exit 0, 1 (a regression) or 2 (a record it
+(and a valid baseline beside it), and of the correctness report's reader, scripts/summarize_correctness.py, given
+the same input as a GoogleTest JSON report (the seeds hold one: gtest_report.json). A reader may answer any input with exit 0, 1 (a regression) or 2 (a record it
 refuses, with a line '<reader>: error: ...'); anything else (an uncaught exception, another exit status) is a finding and stops the run.
 
   python suites/fuzz/fuzz_records.py [libFuzzer flags] CORPUS_DIR [SEED_DIR ...]
@@ -26,6 +27,7 @@ with atheris.instrument_imports():
     import compare  # noqa: E402
     import merge_records  # noqa: E402
     import report  # noqa: E402
+    import summarize_correctness  # noqa: E402
 
 WORK = pathlib.Path(tempfile.mkdtemp(prefix="detops-fuzz-"))
 BASELINE = ROOT / "suites" / "fuzz" / "corpus" / "valid_small.json"
@@ -53,6 +55,7 @@ def test_one_input(data):
     run_reader("report", report.main, [str(cand), "--baseline", str(BASELINE), "-o", str(WORK / "report.html")])
     run_reader("merge_records", merge_records.main, [str(WORK / "merged.json"), str(BASELINE), str(cand), "--replace"])
     run_reader("baseline_key", baseline_key.main, [str(cand)])
+    run_reader("summarize_correctness", summarize_correctness.main, [str(cand)])
 
 
 def main():

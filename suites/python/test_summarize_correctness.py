@@ -76,3 +76,11 @@ def test_unreadable_files_are_one_line_and_exit_2(tmp_path, content, expected):
     path.write_bytes(content.encode() if isinstance(content, str) else content)
     r = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True)
     assert r.returncode == 2 and expected in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("facts", ['{"gpu": [1]}', "[1, 2]", 5, '{"kernels": [3]}', "not json"])
+def test_malformed_device_facts_only_lose_the_heading(tmp_path, facts):
+    r, _ = summarize(tmp_path, dict(VALID, detops_device_facts=facts))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("## Correctness (no GPU: CUDA unavailable)")
+    assert "**1 passed, 1 failed, 1 skipped**" in r.stdout
