@@ -19,7 +19,8 @@ that mixed them would hide the difference.
 - peers: per (op, case, dtype, direction), the later part's entry.
 - context: the first part's, with detops.complete true only if every part is complete, and detops.merged_from
   listing each part (file, run_id, date, host, GPU uuid, how many benchmarks it gave).
-- A part with output dumps ("outputs") is refused: a record points at one dump.
+- A part with output dumps ("outputs") is refused: a record points at one dump. With --drop-outputs such parts are
+  merged without them, and merged_from says where each part's dumps are (the Slurm template's merge).
 
 Exit 0: OUT written. Exit 2: a part that cannot be read, validated or merged, said in one line naming the file
 and what was expected; OUT is not written.
@@ -48,7 +49,7 @@ SAME_BUILD_FIELDS = (("gpu_name", "GPU"), ("cuda_runtime_version", "CUDA runtime
 SUMMARY_KEY = {"passed": "passed", "mismatch": "failed", "error": "errors"}
 
 
-def load_part(path):
+def load_part(path, drop_outputs=False):
     rec = compare.load_record(path)
     status, errors = compare.validate_record(rec)
     if status == "not a DetOps record":
@@ -58,8 +59,13 @@ def load_part(path):
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise compare.RecordError(f"{path}: invalid record: {errors[0]}{more}")
     if "outputs" in rec:
-        raise compare.RecordError(f"{path}: has output dumps ('outputs'); a record points at one dump, so parts "
-                                  "with dumps cannot be merged")
+        if not drop_outputs:
+            raise compare.RecordError(f"{path}: has output dumps ('outputs'); a record points at one dump, so parts "
+                                      "with dumps cannot be merged (--drop-outputs merges them without)")
+        rec = dict(rec)
+        dumps = rec.pop("outputs")
+        rec["_dumps"] = os.path.join(os.path.dirname(os.path.abspath(path)), str(dumps.get("dir", "outputs"))) \
+            if isinstance(dumps, dict) else None
     return rec
 
 
@@ -129,8 +135,9 @@ def merge_peers(recs):
     return list(peers.values())
 
 
-def merge(paths, replace=False):
-    recs = [load_part(p) for p in paths]
+def merge(paths, replace=False, drop_outputs=False):
+    recs = [load_part(p, drop_outputs) for p in paths]
+    dumps = [r.pop("_dumps", None) for r in recs]
     check_same_build(paths, recs)
     benchmarks, counts = merge_benchmarks(paths, recs, replace)
     out = {"context": json.loads(json.dumps(recs[0]["context"])), "benchmarks": benchmarks}
@@ -139,6 +146,9 @@ def merge(paths, replace=False):
     d["complete"] = all(pv["complete"] is not False for pv in provs)
     d["merged_from"] = [{"file": os.path.basename(p), "run_id": pv["run_id"], "date": pv["date"], "host": pv["host"],
                          "gpu_uuid": pv["gpu"].get("uuid"), "benchmarks": counts[p]} for p, pv in zip(paths, provs)]
+    for entry, where in zip(d["merged_from"], dumps):
+        if where:  # --drop-outputs: the part's output dumps stay in its folder; say where
+            entry["output_dumps"] = where
     correctness = merge_correctness(paths, recs, replace)
     if correctness is not None:
         out["correctness"] = correctness
@@ -171,12 +181,14 @@ def main(argv=None):
     ap.add_argument("parts", nargs="+", help="the parts' record.json files, in order")
     ap.add_argument("--replace", action="store_true",
                     help="a benchmark or a correctness test in several parts: keep the later part's instead of failing")
+    ap.add_argument("--drop-outputs", action="store_true",
+                    help="merge parts that point at output dumps, without them (merged_from says where each part's are)")
     args = ap.parse_args(argv)
     if any(os.path.abspath(p) == os.path.abspath(args.out) for p in args.parts):
         print(f"merge_records: error: {args.out} is also a part; write the merged record elsewhere", file=sys.stderr)
         return EXIT_USAGE
     try:
-        rec = merge(args.parts, args.replace)
+        rec = merge(args.parts, args.replace, args.drop_outputs)
     except compare.RecordError as e:
         print(f"merge_records: error: {e}", file=sys.stderr)
         return EXIT_USAGE

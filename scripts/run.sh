@@ -37,7 +37,7 @@ else
   filter='*.cpu'
   detops_log "no CUDA GPU visible on this machine (nvidia-smi found none): running only the CPU checks"
 fi
-run_id="${stamp}_${gpu}"
+run_id="${stamp}_${gpu}${DETOPS_RUN_TAG:+_$DETOPS_RUN_TAG}"  # DETOPS_RUN_TAG: e.g. the Slurm array task
 out="$DETOPS_ROOT/results/runs/$run_id"
 mkdir -p "$out"
 # The quick gate's verdicts per changed file (scripts/quick_gate.sh), kept with the run.
@@ -94,6 +94,15 @@ run_peer_pytest() {
 }
 
 shards=$(detops_suite_shards)
+# Several GPUs: the correctness shards and the large-index checks spread over them, the benchmarks split by op, one
+# process per GPU (scripts/bench_shards.py), merged into one record. One GPU: exactly as before.
+gpu_list=$([ "$gpu" != no-gpu ] && detops_gpu_list || true)
+gpu_count=$(echo "$gpu_list" | tr ',' '\n' | grep -c . || true)
+gpu_args=()
+if [ "${gpu_count:-0}" -gt 1 ]; then
+  gpu_args=(--gpus "$gpu_list")
+  detops_log "$gpu_count GPUs ($gpu_list): the suite and the benchmarks are spread over them"
+fi
 # With a GPU, the peer suite (correctness against torchvision, no timing) runs beside the correctness shards;
 # it writes peer_pytest.rc when it ends, and the large-index checks (tens of GB of GPU memory) wait for that.
 peer_beside=0
@@ -118,7 +127,7 @@ timings=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$gpu"/correctness.json 2>/dev/nul
 [ -z "$timings" ] && [ -f "$DETOPS_ROOT/results/suite-times/$gpu.json.gz" ] && timings="$DETOPS_ROOT/results/suite-times/$gpu.json.gz"
 "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/shard_suite.py" --binary "$DETOPS_BUILD_DIR/suites/detops_correctness" \
   --shards "$shards" --filter "$filter" --serial "$DETOPS_SERIAL_TESTS" --out "$out/correctness.json" \
-  --outputs "$out/outputs" --interval 20 ${timings:+--timings "$timings"} "${after_args[@]}"
+  --outputs "$out/outputs" --interval 20 ${timings:+--timings "$timings"} "${after_args[@]}" "${gpu_args[@]}"
 rc=$?
 set -e
 elapsed=$(( $(date +%s) - start ))
@@ -158,10 +167,21 @@ fi
 detops_log "[3/5] benchmarks (CUPTI kernel time; one progress line per benchmark)"
 start=$(date +%s)
 set +e
-# shellcheck disable=SC2086
-"$DETOPS_BUILD_DIR/suites/detops_bench" --detops_record="$out/record.json" \
-  --detops_correctness_json="$out/correctness.json" "${bench_scope[@]}" ${DETOPS_BENCH_ARGS:-} >"$out/bench.log"
-rc=$?
+if [ "${gpu_count:-0}" -gt 1 ]; then
+  # Per-op times for the split: the newest earlier record of this GPU model, else the stored baselines'.
+  times=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$gpu"/record.json 2>/dev/null | grep -v "/$run_id/" | head -n1 || true)
+  [ -z "$times" ] && times=$(ls "$DETOPS_ROOT"/results/baselines/*/record.json.gz 2>/dev/null | head -n1 || true)
+  # shellcheck disable=SC2086
+  "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/bench_shards.py" --binary "$DETOPS_BUILD_DIR/suites/detops_bench" \
+    --gpus "$gpu_list" --record "$out/record.json" ${times:+--times "$times"} ${DETOPS_OPS:+--ops "$DETOPS_OPS"} \
+    -- --detops_correctness_json="$out/correctness.json" ${DETOPS_BENCH_ARGS:-} | tee "$out/bench.log"
+  rc=${PIPESTATUS[0]}
+else
+  # shellcheck disable=SC2086
+  "$DETOPS_BUILD_DIR/suites/detops_bench" --detops_record="$out/record.json" \
+    --detops_correctness_json="$out/correctness.json" "${bench_scope[@]}" ${DETOPS_BENCH_ARGS:-} >"$out/bench.log"
+  rc=$?
+fi
 set -e
 step_times+=("benchmarks $(( $(date +%s) - start )) s")
 detops_log "benchmarks: exit $rc, $(( $(date +%s) - start )) s (log: ${out#$DETOPS_ROOT/}/bench.log)"

@@ -26,6 +26,11 @@ torchvision peer suite beside the shards (correctness only, so sharing the GPU c
 it write FILE when it ends, so its GPU memory is given back before the large-index checks need it. While
 waiting, the progress line says so, with pytest's percentage and the time left from --serial-after-log.
 
+--gpus 0,1,...: for a machine with several GPUs. Shard i runs with CUDA_VISIBLE_DEVICES set to the (i mod N)-th
+GPU, the serial tests are dealt round-robin to one process per GPU (so still no two of them share a GPU), every test
+in the merged report carries the GPU it ran on ("detops_gpu"), the report keeps each GPU's device facts
+("detops_device_facts_by_gpu") and "detops_shards" says which shard ran where.
+
 A shard that fails or crashes is reported with its exit status and the tail of its log
 (--out's folder/shard-i.log), and the other shards' results are kept: --out then has every test that a
 shard reported, and the merged file says which shards did not finish ("detops_shards").
@@ -211,6 +216,9 @@ def main(argv=None):
     ap.add_argument("--serial-after", help="start the serial tests only once this file exists (a job beside the "
                                            "shards writes it when it ends)")
     ap.add_argument("--serial-after-log", help="that job's log (pytest -q), for its progress while waiting")
+    ap.add_argument("--gpus", default="", help="comma-separated GPUs (as CUDA_VISIBLE_DEVICES names them): shard i "
+                    "runs on the (i mod N)-th, each test is tagged with its GPU (detops_gpu), and the serial tests run "
+                    "one process per GPU")
     ap.add_argument("extra", nargs="*", help="more gtest arguments (after --)")
     args = ap.parse_args(argv)
     binary = pathlib.Path(args.binary)
@@ -231,9 +239,14 @@ def main(argv=None):
     shard_filter = with_negatives(args.filter, serial_patterns)
 
     threads = thread_budget(args.shards)
+    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
 
-    def launch(i, gtest_filter, env_extra, threads=threads):
+    def launch(i, gtest_filter, env_extra, threads=threads, gpu=None):
         env = dict(os.environ, DETOPS_PROGRESS="1", **env_extra)
+        if gpu is None and gpus:
+            gpu = gpus[i % len(gpus)]
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
         for var in THREAD_VARS:  # the caller's setting wins
             env.setdefault(var, str(threads))
         if outputs is not None:
@@ -249,7 +262,7 @@ def main(argv=None):
         flags.write_text(f"--gtest_filter={gtest_filter}\n")
         cmd = [str(binary), f"--gtest_flagfile={flags}", "--gtest_brief=1", f"--gtest_output=json:{part}", *args.extra]
         return {"i": i, "proc": subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT),
-                "log": log, "file": f, "part": part}
+                "log": log, "file": f, "part": part, "gpu": gpu}
 
     procs = []
     times = load_timings(args.timings) if args.timings else {}
@@ -274,9 +287,15 @@ def main(argv=None):
     if serial_tests and args.serial_after:
         wait_for_file(pathlib.Path(args.serial_after), args.serial_after_log, args.interval, start)
     if serial_tests:
-        print(f"[shard_suite] {len(serial_tests)} tests matching {args.serial} in one process", flush=True)
-        procs.append(launch(args.shards, ":".join(serial_tests), {}, threads=thread_budget(1)))
-        wait_and_report(procs[-1:], args, start)
+        # One process per GPU (one alone without --gpus): no two of these tests share a GPU.
+        groups = [serial_tests[k::max(len(gpus), 1)] for k in range(max(len(gpus), 1))]
+        groups = [g for g in groups if g]
+        where = "one process" if len(groups) == 1 else f"{len(groups)} processes, one per GPU"
+        print(f"[shard_suite] {len(serial_tests)} tests matching {args.serial} in {where}", flush=True)
+        for k, group in enumerate(groups):
+            procs.append(launch(args.shards + k, ":".join(group), {}, threads=thread_budget(len(groups)),
+                                gpu=gpus[k] if gpus else None))
+        wait_and_report(procs[-len(groups):], args, start)
     return finish(procs, args, out, outputs, start)
 
 
@@ -341,6 +360,7 @@ def finish(procs, args, out, outputs, start):
     status = 0
     parts = []
     broken = []
+    facts_by_gpu = {}
     for p in procs:
         p["file"].close()
         p["log"].with_suffix(".flags").unlink(missing_ok=True)
@@ -348,7 +368,14 @@ def finish(procs, args, out, outputs, start):
         ok = rc in (0, 77)  # 77: every selected test skipped
         if p["part"].is_file():
             try:
-                parts.append(json.loads(p["part"].read_text()))
+                part = json.loads(p["part"].read_text())
+                if p["gpu"] is not None:  # per-GPU provenance: every test says where it ran
+                    for suite in part.get("testsuites", []):
+                        for t in suite.get("testsuite", []):
+                            t["detops_gpu"] = p["gpu"]
+                    if "detops_device_facts" in part:
+                        facts_by_gpu[p["gpu"]] = part["detops_device_facts"]
+                parts.append(part)
                 p["part"].unlink()
             except (OSError, ValueError) as e:
                 ok = False
@@ -358,13 +385,17 @@ def finish(procs, args, out, outputs, start):
             rc = f"{rc} (no JSON written)"
         if not ok:
             status = 1
-            broken.append({"shard": p["i"], "exit": str(rc), "log": str(p["log"])})
+            broken.append({"shard": p["i"], "exit": str(rc), "log": str(p["log"]), "gpu": p["gpu"]})
             tail = p["log"].read_text(errors="replace").splitlines()[-15:]
             print(f"[shard_suite] shard {p['i']} failed (exit {rc}); last lines of {p['log']}:", file=sys.stderr)
             for line in tail:
                 print("    " + line, file=sys.stderr)
     merged = merge_gtest(parts)
-    merged["detops_shards"] = {"shards": args.shards, "serial": args.serial or None, "failed_or_crashed": broken}
+    merged["detops_shards"] = {"shards": args.shards, "serial": args.serial or None, "failed_or_crashed": broken,
+                               "gpus": [g for g in args.gpus.split(",") if g.strip()] or None,
+                               "shard_gpus": {str(p["i"]): p["gpu"] for p in procs if p["gpu"] is not None} or None}
+    if facts_by_gpu:
+        merged["detops_device_facts_by_gpu"] = facts_by_gpu
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(json.dumps(merged, indent=1))
     os.replace(tmp, out)

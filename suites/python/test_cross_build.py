@@ -39,7 +39,9 @@ def test_shards_merge_to_the_unsharded_run(tmp_path):
     a = json.loads(whole.read_text())
     b = json.loads((tmp_path / "merged.json").read_text())
     assert gtest_names(b) == gtest_names(a) and b["tests"] == a["tests"] > 100
-    assert b["failures"] == 0 and b["detops_shards"] == {"shards": 3, "serial": None, "failed_or_crashed": []}
+    assert b["failures"] == 0 and b["detops_shards"] == {"shards": 3, "serial": None, "failed_or_crashed": [],
+                                                         "gpus": None, "shard_gpus": None}
+    assert not any("detops_gpu" in t for s in b["testsuites"] for t in s["testsuite"])
     assert "detops_device_facts" in b, "the top-level properties (device facts) survive the merge"
     ia = json.loads((tmp_path / "whole_out" / "index.json").read_text())
     ib = json.loads((tmp_path / "out" / "index.json").read_text())
@@ -83,6 +85,48 @@ def test_a_crashing_shard_is_reported_and_the_others_kept(tmp_path):
     b = json.loads((tmp_path / "merged.json").read_text())
     assert [x["shard"] for x in b["detops_shards"]["failed_or_crashed"]] == [1]
     assert b["tests"] > 50, "shards 0 and 2 kept their results"
+
+
+@pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
+def test_shards_and_serial_tests_spread_over_the_gpus_with_provenance(tmp_path):
+    """--gpus: shard i sees only GPU (i mod N) (CUDA_VISIBLE_DEVICES, recorded by a wrapper), every test carries the GPU
+    it ran on, the serial tests run one process per GPU, and a crashing shard on one GPU keeps the others' results."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    wrapper = tmp_path / "wrap.sh"
+    wrapper.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in --gtest_output=json:*) part=${a#*json:};; esac; done\n'
+                       f'echo "$CUDA_VISIBLE_DEVICES" > "{seen}/$(basename "$part")"\n'
+                       '[ "$CUDA_VISIBLE_DEVICES" = 7 ] && [ "$(basename "$part")" = merged.shard-2.json ] && kill -SEGV $$\n'
+                       f'exec "{BIN}" "$@"\n')
+    wrapper.chmod(0o755)
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", str(wrapper), "--shards", "3",
+                        "--filter", FILTER, "--serial", "nms.bad_input.*", "--gpus", "3,7",
+                        "--out", str(tmp_path / "merged.json")], capture_output=True, text=True)
+    gpu_of = {p.name: p.read_text().strip() for p in seen.iterdir()}
+    # Shards 0, 1, 2 on GPUs 3, 7, 3; the serial tests in two processes (shard-3 on GPU 3, shard-4 on GPU 7).
+    assert gpu_of == {"merged.shard-0.json": "3", "merged.shard-1.json": "7", "merged.shard-2.json": "3",
+                      "merged.shard-3.json": "3", "merged.shard-4.json": "7"}, gpu_of
+    assert r.returncode == 0, r.stderr
+    assert "in 2 processes, one per GPU" in r.stdout
+    b = json.loads((tmp_path / "merged.json").read_text())
+    assert b["detops_shards"]["gpus"] == ["3", "7"]
+    assert b["detops_shards"]["shard_gpus"] == {"0": "3", "1": "7", "2": "3", "3": "3", "4": "7"}
+    tags = {t.get("detops_gpu") for s in b["testsuites"] for t in s["testsuite"]}
+    assert tags == {"3", "7"}
+    assert set(b["detops_device_facts_by_gpu"]) == {"3", "7"}
+    serial = [t for s in b["testsuites"] if s["name"] == "nms.bad_input" for t in s["testsuite"]]
+    assert {t["detops_gpu"] for t in serial} == {"3", "7"}, "the serial tests were spread over both GPUs"
+
+    # A shard that dies on GPU 7 (the wrapper kills shard 2 when it is given GPU 7): reported with its GPU, the rest
+    # kept.
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", str(wrapper), "--shards", "3",
+                        "--filter", FILTER, "--gpus", "7", "--out", str(tmp_path / "merged.json")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    b = json.loads((tmp_path / "merged.json").read_text())
+    assert b["detops_shards"]["failed_or_crashed"][0]["shard"] == 2
+    assert b["detops_shards"]["failed_or_crashed"][0]["gpu"] == "7"
+    assert b["tests"] > 50
 
 
 def test_balanced_partition_evens_out_the_expected_time():
