@@ -13,7 +13,8 @@ uncommitted edits) plus untracked files git does not ignore; --files gives them 
            tests run.
   none     it cannot change what the GPU job measures: prose and results (docs/, *.md, results/), tests that
            CI runs (suites/python, suites/fuzz, suites/unit: the unit tests run in every job anyway), tools
-           outside the gate (doctor, build facts, cross builds, line counts).
+           outside the gate (doctor, build facts, cross builds, line counts, the Slurm template, the lent-machine
+           wrappers).
   all      anything else: the harness, the build (CMake files, presets), the benchmark and correctness mains,
            the gate's own scripts, the Python package and the peer suite, a header no op includes, a file this
            tool does not know. The full gate runs: the scope is every op.
@@ -59,9 +60,11 @@ INCLUDE_ROOTS = ["ops", "ops/core/include", "reference/include", "suites/specs",
 SOURCE_EXT = (".h", ".hpp", ".cuh", ".cpp", ".cc", ".cu")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
-NONE_PREFIXES = ("docs/", "results/", "suites/python/", "suites/fuzz/", "suites/unit/", ".ci/", ".github/")
+NONE_PREFIXES = ("docs/", "results/", "suites/python/", "suites/fuzz/", "suites/unit/", ".ci/", ".github/",
+                 "scripts/slurm/")
 NONE_FILES = {"scripts/doctor.py", "scripts/build_facts.py", "scripts/cross_build.sh", "scripts/op_lines.py",
-              "scripts/check_layers.py", "scripts/screenshot_report.sh", "scripts/device_session.sh", ".gitignore"}
+              "scripts/check_layers.py", "scripts/screenshot_report.sh", "scripts/device_session.sh",
+              "scripts/device_main_job.sh", ".gitignore"}
 
 
 def op_dir_roots(root, d):

@@ -60,6 +60,7 @@ def test_a_source_file_without_includers_counts_as_its_header():
 
 
 @pytest.mark.parametrize("path", ["harness/src/checks.cpp", "CMakeLists.txt", "suites/bench/bench_main.cpp",
+                                  "scripts/bench_shards.py", "scripts/shard_suite.py",
                                   "scripts/run.sh", "scripts/compare.py", "ops/python/detops/ops/_roi.py",
                                   "suites/peer/pairs.py", "something/new.txt"])
 def test_shared_or_unknown_files_run_the_full_gate(path):
@@ -68,7 +69,7 @@ def test_shared_or_unknown_files_run_the_full_gate(path):
 
 @pytest.mark.parametrize("path", ["docs/compare.md", "README.md", "results/baselines/README.md",
                                   "suites/python/test_compare.py", "suites/unit/compare_test.cpp",
-                                  "scripts/doctor.py", "ops/roi_align/NOTES.md"])
+                                  "scripts/doctor.py", "ops/roi_align/NOTES.md", "scripts/slurm/node.sbatch"])
 def test_prose_results_and_ci_only_tests_reach_no_op(path):
     assert judge(path) == ("none", [])
 
