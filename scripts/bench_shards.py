@@ -143,8 +143,12 @@ def main(argv=None):
         time.sleep(0.5)
         if time.time() - last >= args.interval:
             last = time.time()
-            print(f"[bench_shards] {time.time() - start:.0f}s: " + ", ".join(
-                f"GPU {p['gpu']} {progress(p['log'])}" for p in procs), flush=True)
+            elapsed = time.time() - start
+            states = [(p, progress(p["log"])) for p in procs]
+            left = [elapsed * (n - i) / i for p, (i, n) in states if i and p_running(p)]
+            print(f"[bench_shards] {elapsed:.0f}s: " + ", ".join(
+                f"GPU {p['gpu']} " + (f"{i}/{n}" if n else "starting") for p, (i, n) in states)
+                + (f"; about {max(left):.0f}s left" if left else ""), flush=True)
     done, failed = [], []
     for p in procs:
         p["file"].close()
@@ -177,19 +181,23 @@ def main(argv=None):
     return 1 if failed else 0
 
 
+def p_running(p):
+    return p["proc"].poll() is None
+
+
 def progress(log):
-    """'i/n' of the last progress line in a detops_bench log, else 'starting'."""
+    """(i, n) of the last progress line ('[i/n] ...') in a detops_bench log, else (0, 0)."""
     try:
         with open(log, "rb") as f:
             f.seek(max(0, os.path.getsize(log) - 4096))
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:
-        return "starting"
+        return 0, 0
     for line in reversed(lines):
         m = PROGRESS.match(line)
         if m:
-            return f"{m.group(1)}/{m.group(2)}"
-    return "starting"
+            return int(m.group(1)), int(m.group(2))
+    return 0, 0
 
 
 if __name__ == "__main__":

@@ -68,6 +68,13 @@ def test_every_op_once_on_one_gpu_merged_with_each_gpus_uuid(tmp_path):
     assert "[bench_shards] " in r.stdout and "benchmarks from 3 of 3 GPUs" in r.stdout
 
 
+def test_progress_reads_the_last_progress_line(tmp_path):
+    log = tmp_path / "bench.log"
+    assert bench_shards.progress(log) == (0, 0)
+    log.write_text("detops_bench: starting\n[3/40] roi_align/... 0.1 ms; 2s, about 20s left\n[4/40] nms/...\nother\n")
+    assert bench_shards.progress(log) == (4, 40)
+
+
 def test_a_failing_gpu_is_reported_and_the_others_merged(tmp_path):
     r = run(tmp_path, "--gpus", "0,1", env={"FAKE_FAIL_GPU": "1"})
     assert r.returncode == 1
