@@ -19,7 +19,9 @@
 # tests, benchmarks and peer checks, compared with the baseline by the same rule; the unit tests always run),
 # DETOPS_BENCH_ARGS (extra detops_bench flags, e.g. --benchmark_filter=...),
 # DETOPS_SKIP_BENCH=1 (correctness only), DETOPS_BASELINE=<record.json> (instead of the stored one),
-# DETOPS_SUITE_SHARDS=N (correctness processes; default: one per CPU, at most 16).
+# DETOPS_SUITE_SHARDS=N (correctness processes; default: one per CPU, at most 16), DETOPS_RUN_TAG (appended to
+# the run folder's name), CUDA_VISIBLE_DEVICES (the GPUs used; several: the suite and the benchmarks are spread
+# over them, and DETOPS_BENCH_ARGS may not hold a --benchmark_filter then).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 job_start=$(date +%s)
@@ -37,6 +39,7 @@ else
   filter='*.cpu'
   detops_log "no CUDA GPU visible on this machine (nvidia-smi found none): running only the CPU checks"
 fi
+[[ "${DETOPS_RUN_TAG:-}" =~ ^[A-Za-z0-9_.-]*$ ]] || detops_die "DETOPS_RUN_TAG: '$DETOPS_RUN_TAG' (letters, digits, '.', '_', '-' only)"
 run_id="${stamp}_${gpu}${DETOPS_RUN_TAG:+_$DETOPS_RUN_TAG}"  # DETOPS_RUN_TAG: e.g. the Slurm array task
 out="$DETOPS_ROOT/results/runs/$run_id"
 mkdir -p "$out"
