@@ -32,6 +32,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import gate_scope  # noqa: E402  (the op table)
 import merge_records  # noqa: E402
+import shard_suite  # noqa: E402  (the partition the correctness shards use)
 
 PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
@@ -53,16 +54,9 @@ def op_times(path):
 
 
 def partition(ops, times, n):
-    """n groups of ops, longest first onto the group with the least expected time (ops without a time count the
-    median); the groups keep the table's order."""
-    known = sorted(v for v in (times.get(op) for op in ops) if v is not None)
-    default = known[len(known) // 2] if known else 1.0
-    groups, load = [[] for _ in range(n)], [0.0] * n
-    for op in sorted(ops, key=lambda o: -times.get(o, default)):
-        k = min(range(n), key=lambda j: (load[j], j))
-        groups[k].append(op)
-        load[k] += times.get(op, default)
-    return [sorted(g, key=ops.index) for g in groups], load
+    """n groups of ops of near-equal expected time (shard_suite.balanced_partition: longest first onto the least
+    loaded group, an op without a time counting the median); the groups keep the table's order."""
+    return shard_suite.balanced_partition(ops, times, n)
 
 
 def filters(groups, closed=False):

@@ -788,6 +788,10 @@ def compare_peers(rb, rc):
     return {"rows": rows, "baseline_has_peers": bool(base)}
 
 
+# A correctness outcome -> the summary count it adds to (as the C++ digest counts; merge_records recounts with it).
+SUMMARY_KEY = {"passed": "passed", "mismatch": "failed", "error": "errors"}
+
+
 def restrict_to_ops(rec, ops):
     """A shallow copy of rec holding only the benchmarks, correctness tests and peer entries of these ops (the first
     component of a benchmark's or test's name; the quick gate's scope, scripts/gate_scope.py)."""
@@ -803,10 +807,6 @@ def restrict_to_ops(rec, ops):
     if isinstance(rec.get("peers"), list):
         out["peers"] = [e for e in rec["peers"] if isinstance(e, dict) and e.get("op") in ops]
     return out
-
-
-# A correctness outcome -> the summary count it adds to (as the C++ digest counts).
-SUMMARY_KEY = {"passed": "passed", "mismatch": "failed", "error": "errors"}
 
 
 def compare_records(path_b, path_c, thresholds_path=None, cross_build=False, scope=None):

@@ -45,8 +45,6 @@ SAME_BUILD_FIELDS = (("gpu_name", "GPU"), ("cuda_runtime_version", "CUDA runtime
                      ("git_dirty", "git dirty flag"), ("timer", "timer"), ("settings", "measurement settings"),
                      ("cuda_archs", "CUDA archs"), ("sass_archs", "SASS archs"))
 
-# How a test's outcome counts in the summary (as the bench writes it).
-SUMMARY_KEY = {"passed": "passed", "mismatch": "failed", "error": "errors"}
 
 
 def load_part(path, drop_outputs=False):
@@ -123,7 +121,7 @@ def merge_correctness(paths, recs, replace):
         return None
     summary = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     for t in tests.values():
-        summary[SUMMARY_KEY.get(t["outcome"], "skipped")] += 1
+        summary[compare.SUMMARY_KEY.get(t["outcome"], "skipped")] += 1
     return {"summary": summary, "tests": list(tests.values())}
 
 

@@ -124,9 +124,10 @@ def attributed_sample_times(prof, n):
     if not ATTRIBUTION["checked"]:
         ATTRIBUTION["checked"] = True
         tree_times, tree_counts = kernel_sample_times_from_function_events(prof, n)
-        same = counts == tree_counts and all(abs(a - b) <= 1e-9 * max(abs(b), 1e-12) for a, b in zip(times, tree_times))
-        if not same:
-            diff = next(i for i in range(n) if counts[i] != tree_counts[i] or abs(times[i] - tree_times[i]) > 1e-9 * max(abs(tree_times[i]), 1e-12))
+        differ = [i for i in range(n) if counts[i] != tree_counts[i]
+                  or abs(times[i] - tree_times[i]) > 1e-9 * max(abs(tree_times[i]), 1e-12)]
+        if differ:
+            diff = differ[0]
             ATTRIBUTION.update(method="tree", note=(
                 f"raw Kineto attribution disagreed with the FunctionEvent tree at sample {diff} ({counts[diff]} "
                 f"kernels, {times[diff]:.6g} ms vs {tree_counts[diff]}, {tree_times[diff]:.6g} ms): the tree is used"))
@@ -415,14 +416,13 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
 
 
 def time_left(elapsed_s, done, total):
-    """The progress tail of a line: elapsed time and, from the mean time per entry so far, the time left."""
-    def mmss(t):
-        t = int(round(t))
-        return f"{t // 60}m{t % 60:02d}s" if t >= 60 else f"{t}s"
+    """The progress tail of a line: elapsed time and, from the mean time per entry so far, the time left (the
+    shard runner's time format)."""
+    from shard_suite import fmt_s
 
     if done <= 0 or done >= total:
-        return f"{mmss(elapsed_s)}"
-    return f"{mmss(elapsed_s)}, about {mmss(elapsed_s / done * (total - done))} left"
+        return fmt_s(elapsed_s)
+    return f"{fmt_s(elapsed_s)}, about {fmt_s(elapsed_s / done * (total - done))} left"
 
 
 def not_run_entry(pair, case, dtype, direction, budget):

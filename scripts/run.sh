@@ -107,7 +107,8 @@ if [ "${gpu_count:-0}" -gt 1 ]; then
   detops_log "$gpu_count GPUs ($gpu_list): the suite and the benchmarks are spread over them"
 fi
 # With a GPU, the peer suite (correctness against torchvision, no timing) runs beside the correctness shards;
-# it writes peer_pytest.rc when it ends, and the large-index checks (tens of GB of GPU memory) wait for that.
+# it writes peer_pytest.rc when it ends, and the large-index checks (tens of GB of GPU memory) wait for that, as
+# does the end of the suite step (shard_suite --serial-after, which shows the peer suite's progress meanwhile).
 peer_beside=0
 after_args=()
 if [ "$gpu" != no-gpu ] && peer_available; then
@@ -139,18 +140,8 @@ step_times+=("correctness suite $elapsed s")
 "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/summarize_correctness.py" "$out/correctness.json" --wall-seconds "$elapsed" \
   | tee "$out/summary.md" || { detops_log "no correctness summary (the line above says why)"; status=1; }
 
-# The peer suite beside the shards: its end (never during the benchmarks, which need the GPU alone).
+# The peer suite beside the shards has ended (shard_suite waited for its peer_pytest.rc, with its progress).
 if [ $peer_beside = 1 ]; then
-  while kill -0 "$peer_pid" 2>/dev/null && [ ! -f "$out/peer_pytest.rc" ]; do
-    pct=$(grep -o '\[ *[0-9]*%\]' "$out/peer_pytest.log" 2>/dev/null | tail -n1 | tr -dc '0-9')
-    waited=$(( $(date +%s) - start ))
-    if [ -n "$pct" ] && [ "$pct" -gt 0 ]; then
-      detops_log "peer suite: ${pct}% after ${waited} s, about $(( waited * (100 - pct) / pct )) s left"
-    else
-      detops_log "peer suite: running for ${waited} s"
-    fi
-    sleep 20
-  done
   wait "$peer_pid" 2>/dev/null || true
   prc=$(cat "$out/peer_pytest.rc" 2>/dev/null || echo "none (it wrote no exit status)")
   detops_log "peer suite: $(tail -n1 "$out/peer_pytest.log") (exit $prc)"

@@ -21,7 +21,8 @@ H200): they are left out of the shards and run afterwards in one process. (Run b
 H200, their kernels of 2^31 elements held the GPU's time slices: the shards' tests took 1472 s together instead of
 1162 s, and the suite ended no sooner.)
 
---serial-after FILE: the serial tests start only once FILE exists. The main job (scripts/run.sh) runs the
+--serial-after FILE: the serial tests start only once FILE exists (and without serial tests the run waits for it
+before it ends). The main job (scripts/run.sh) runs the
 torchvision peer suite beside the shards (correctness only, so sharing the GPU costs nothing but time) and has
 it write FILE when it ends, so its GPU memory is given back before the large-index checks need it. While
 waiting, the progress line says so, with pytest's percentage and the time left from --serial-after-log.
@@ -213,8 +214,8 @@ def main(argv=None):
     ap.add_argument("--interval", type=float, default=30.0, help="seconds between progress lines")
     ap.add_argument("--timings", help="a previous run's GoogleTest JSON (or {test: seconds}): shards of equal "
                     "expected time instead of GoogleTest's round-robin split")
-    ap.add_argument("--serial-after", help="start the serial tests only once this file exists (a job beside the "
-                                           "shards writes it when it ends)")
+    ap.add_argument("--serial-after", help="start the serial tests (or end) only once this file exists (a job beside "
+                                           "the shards writes it when it ends)")
     ap.add_argument("--serial-after-log", help="that job's log (pytest -q), for its progress while waiting")
     ap.add_argument("--gpus", default="", help="comma-separated GPUs (as CUDA_VISIBLE_DEVICES names them): shard i "
                     "runs on the (i mod N)-th, each test is tagged with its GPU (detops_gpu), and the serial tests run "
@@ -284,7 +285,7 @@ def main(argv=None):
 
     start = time.time()
     wait_and_report(procs, args, start)
-    if serial_tests and args.serial_after:
+    if args.serial_after:  # also without serial tests: the run ends when the job beside it has
         wait_for_file(pathlib.Path(args.serial_after), args.serial_after_log, args.interval, start)
     if serial_tests:
         # One process per GPU (one alone without --gpus): no two of these tests share a GPU.

@@ -67,6 +67,16 @@ double parse_number(const std::string& flag, const std::string& text) {
   return v;
 }
 
+// An integer flag in [lo, hi] (range_text: how the message writes the range).
+std::int64_t parse_integer(const std::string& flag, const std::string& text, double lo, double hi,
+                           const std::string& range_text) {
+  const double v = parse_number(flag, text);
+  if (!(v >= lo && v <= hi && v == static_cast<double>(static_cast<std::int64_t>(v)))) {
+    throw std::invalid_argument(flag + " must be an integer in " + range_text + "; got " + text);
+  }
+  return static_cast<std::int64_t>(v);
+}
+
 // Takes the --detops_* flags and --benchmark_filter out of argv; the rest is for Google Benchmark.
 Flags parse_flags(int& argc, char** argv) {
   Flags f;
@@ -90,26 +100,14 @@ Flags parse_flags(int& argc, char** argv) {
       f.min_time_s = parse_number("--detops_min_time_s", *v3);
       if (!(f.min_time_s >= 0)) throw std::invalid_argument("--detops_min_time_s must be >= 0; got " + *v3);
     } else if (auto v4 = value_of("detops_repetitions")) {
-      const double r = parse_number("--detops_repetitions", *v4);
-      if (!(r >= 1 && r <= 1000 && r == static_cast<int>(r))) {
-        throw std::invalid_argument("--detops_repetitions must be an integer in [1, 1000]; got " + *v4);
-      }
-      f.repetitions = static_cast<int>(r);
+      f.repetitions = static_cast<int>(parse_integer("--detops_repetitions", *v4, 1, 1000, "[1, 1000]"));
     } else if (auto v5 = value_of("detops_timeout_s")) {
       f.timeout_s = parse_number("--detops_timeout_s", *v5);
       if (!(f.timeout_s > 0)) throw std::invalid_argument("--detops_timeout_s must be > 0; got " + *v5);
     } else if (auto v8 = value_of("detops_max_samples")) {
-      const double m = parse_number("--detops_max_samples", *v8);
-      if (!(m >= 10 && m <= 1e7 && m == static_cast<double>(static_cast<std::int64_t>(m)))) {
-        throw std::invalid_argument("--detops_max_samples must be an integer in [10, 1e7]; got " + *v8);
-      }
-      f.max_samples = static_cast<std::int64_t>(m);
+      f.max_samples = parse_integer("--detops_max_samples", *v8, 10, 1e7, "[10, 1e7]");
     } else if (auto v9 = value_of("detops_max_batch")) {
-      const double b = parse_number("--detops_max_batch", *v9);
-      if (!(b >= 1 && b <= 1024 && b == static_cast<int>(b))) {
-        throw std::invalid_argument("--detops_max_batch must be an integer in [1, 1024]; got " + *v9);
-      }
-      f.max_batch = static_cast<int>(b);
+      f.max_batch = static_cast<int>(parse_integer("--detops_max_batch", *v9, 1, 1024, "[1, 1024]"));
     } else if (auto v10 = value_of("detops_min_batched_kernel_us")) {
       f.min_batched_kernel_us = parse_number("--detops_min_batched_kernel_us", *v10);
       if (!(f.min_batched_kernel_us >= 0 && f.min_batched_kernel_us <= 1e6)) {

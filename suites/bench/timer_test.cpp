@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -147,22 +148,16 @@ TEST_F(BatchedTimer, TheLoopStopsAtTheSampleTheRuleNames) {
   EXPECT_EQ(m.batches, 1 + 3 + 1);  // 1, 32, 32, 32, then the 3 left
   EXPECT_EQ(m.largest_batch, 32);
 
-  // Calls shorter than min_batched_kernel_s are taken alone: the loop starts on a short call (two short
-  // kernels, far below 1 s), so no batch ever forms.
-  settings.max_batch = 32;
-  settings.min_batched_kernel_s = 1.0;
-  m = measure_call(call_, stream_, *timer_, no_clock, 0, settings, flusher);
-  EXPECT_EQ(m.samples_ms.size(), 100u);
-  EXPECT_EQ(m.batches, 100);
-  EXPECT_EQ(m.largest_batch, 1);
-
-  // max_batch 1: every sample alone, as before batching.
-  settings.min_batched_kernel_s = 0;
-  settings.max_batch = 1;
-  m = measure_call(call_, stream_, *timer_, no_clock, 0, settings, flusher);
-  EXPECT_EQ(m.samples_ms.size(), 100u);
-  EXPECT_EQ(m.batches, 100);
-  EXPECT_EQ(m.largest_batch, 1);
+  // Every sample alone, in 100 synchronizations: calls shorter than min_batched_kernel_s (the loop starts on a
+  // short call, two short kernels, far below 1 s, so no batch ever forms), and max_batch 1 (as before batching).
+  for (const auto& [max_batch, min_kernel_s] : {std::pair<int, double>{32, 1.0}, std::pair<int, double>{1, 0.0}}) {
+    settings.max_batch = max_batch;
+    settings.min_batched_kernel_s = min_kernel_s;
+    m = measure_call(call_, stream_, *timer_, no_clock, 0, settings, flusher);
+    EXPECT_EQ(m.samples_ms.size(), 100u) << "max_batch " << max_batch;
+    EXPECT_EQ(m.batches, 100) << "max_batch " << max_batch;
+    EXPECT_EQ(m.largest_batch, 1) << "max_batch " << max_batch;
+  }
 }
 
 }  // namespace

@@ -437,3 +437,9 @@ def test_attribution_falls_back_to_the_tree_when_the_raw_events_disagree(monkeyp
     assert peer_bench.attributed_sample_times(None, 2) == tree
     assert peer_bench.attributed_sample_times(None, 2) == tree
     assert calls == [1] and peer_bench.ATTRIBUTION["method"] == "raw Kineto events"  # the tree built once only
+
+
+def test_progress_tail_gives_the_time_left_at_the_mean_rate():
+    assert peer_bench.time_left(90, 3, 6) == "1m30s, about 1m30s left"
+    assert peer_bench.time_left(10, 1, 5) == "10s, about 40s left"
+    assert peer_bench.time_left(5, 0, 6) == "5s" and peer_bench.time_left(70, 6, 6) == "1m10s"

@@ -376,3 +376,23 @@ def test_correctness_summary_says_where_the_time_went(tmp_path):
     assert "| (checks under 1 s in all) | - | 1.2 |" in out  # forward.cuda 0.5 + bad_input 0.75
     assert "| roi_align | cuda_graph | 1 |" in out and "| roi_align | eager (no graph) | 1 |" in out
     assert out.index("4.00 | roi_align.gradcheck_fd.b.fp64.cuda") < out.index("2.50 | roi_align.forward.a.fp32.cpu")
+
+
+@pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
+def test_the_run_ends_only_after_the_job_beside_it_without_serial_tests(tmp_path):
+    """--serial-after without serial tests: shard_suite still waits for the file (scripts/run.sh relies on it to
+    show the peer suite's progress and to end the suite step after it), with its progress line while waiting."""
+    import threading
+    import time
+
+    flag = tmp_path / "peer.rc"
+    timer = threading.Timer(4.0, lambda: flag.write_text("0\n"))
+    timer.start()
+    t0 = time.time()
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", BIN, "--shards", "2",
+                        "--filter", "nms.bad_input.*.cpu", "--serial-after", str(flag), "--interval", "1",
+                        "--out", str(tmp_path / "merged.json")], capture_output=True, text=True)
+    timer.join()
+    assert r.returncode == 0, r.stderr
+    assert time.time() - t0 >= 4.0 and flag.exists()
+    assert "waiting for peer.rc" in r.stdout
