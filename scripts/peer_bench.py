@@ -17,7 +17,14 @@ and the same for both sides: the forward's main input (the RoI ops' feature map)
 rewritten in place with mul_(1), value-exact, as a model's previous layer has just written it.
 
 Usage: peer_bench.py [--record run/record.json] [--samples 30] [--ops roi_align,nms] [--cases '^rpn_']
-                     [--json-out peers.json]
+                     [--json-out peers.json] [--shard I/N]
+       peer_bench.py --merge peers-0.json peers-1.json ... [--record run/record.json]
+
+Several GPUs (scripts/run.sh): one process per GPU, each with its own CUDA_VISIBLE_DEVICES and --shard I/N (the
+I-th of N near-equal parts of the (op, case) list, dealt by the previous run's times when --times names a record
+with a "peers" array, else round-robin) writing --json-out; then --merge puts the parts' entries back in the table's
+order, each tagged with the GPU that timed it (gpu_uuid), prints the table and writes --record. A part that is
+missing or unreadable (its process crashed or was killed) is reported and the others kept; exit 1 then.
 Without CUDA (or torchvision) it says so and exits 0. Pairs whose DetOps op is missing (being written) are skipped
 and listed.
 """
@@ -214,7 +221,18 @@ def main(argv=None):
     ap.add_argument("--max-total-s", type=float, default=480.0,
                     help="time budget: entries not started by then are recorded as not run (default 480 s: the whole table took about 400 s on an H200, torchvision's 100k-box NMS alone ~350 ms per call)")
     ap.add_argument("--library", help="libdetops_torch.so (default: $DETOPS_TORCH_LIBRARY or build/*/ops)")
+    ap.add_argument("--shard", help="I/N: time only the I-th of N parts of the (op, case) list (one process per GPU)")
+    ap.add_argument("--times", help="a run record whose peers entries give each (op, case)'s time, for --shard's split")
+    ap.add_argument("--merge", nargs="+", metavar="PART", help="merge the --json-out files of --shard processes "
+                    "(nothing is timed): the table on stdout, the entries into --record")
     args = ap.parse_args(argv)
+    shard = None
+    if args.shard:
+        m = re.fullmatch(r"(\d+)/(\d+)", args.shard)
+        if not m or not 0 <= int(m.group(1)) < int(m.group(2)):
+            print(f"peer_bench: error: --shard {args.shard!r}: expected I/N with 0 <= I < N, e.g. 0/2", file=sys.stderr)
+            return 2
+        shard = (int(m.group(1)), int(m.group(2)))
     try:
         case_filter = re.compile(args.cases) if args.cases else None
     except re.error as e:
@@ -234,6 +252,8 @@ def main(argv=None):
                   f"merged): {errors[0]}" + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""),
                   file=sys.stderr)
             return compare.EXIT_USAGE
+    if args.merge:
+        return merge_parts(args.merge, args.record)
 
     try:
         import torch
@@ -271,6 +291,9 @@ def main(argv=None):
             continue
         for case in (c for c in pair.cases if c.kind == "model" and (not case_filter or case_filter.search(c.name))):
             plan.append((pair, case))
+    if shard:
+        plan = shard_plan(plan, shard, load_case_times(args.times) if args.times else {})
+        print(f"peer_bench: shard {shard[0]}/{shard[1]}: {len(plan)} (op, case) pairs", file=sys.stderr)
     total = sum(len(pairs.ALL_DTYPES) * (2 if pair.grad_keys else 1) for pair, _ in plan)
     for pair, case in plan:
         base = pair.make(case.params, case.seed)
@@ -289,19 +312,115 @@ def main(argv=None):
         del base
         torch.cuda.empty_cache()
     print(markdown_table(entries))
-    print(f"\n{len(entries)} entries in {time.time() - t_start:.0f} s; timer: {TIMER} (samples attributed from "
-          f"{ATTRIBUTION['method']}{'; ' + ATTRIBUTION['note'] if ATTRIBUTION['note'] else ''}), cold L2 "
-          f"({2 * l2 >> 20} MiB flush; warm cases: the input rewritten in place instead), median of >= "
-          f"{args.samples} samples per side; peak DRAM bandwidth: {peak[1]}")
+    footer = (f"timer: {TIMER} (samples attributed from "
+              f"{ATTRIBUTION['method']}{'; ' + ATTRIBUTION['note'] if ATTRIBUTION['note'] else ''}), cold L2 "
+              f"({2 * l2 >> 20} MiB flush; warm cases: the input rewritten in place instead), median of >= "
+              f"{args.samples} samples per side; peak DRAM bandwidth: {peak[1]}")
+    print(f"\n{len(entries)} entries in {time.time() - t_start:.0f} s; {footer}")
     if skipped:
         print("skipped: " + "; ".join(skipped))
     if args.json_out:
-        write_atomic(args.json_out, {"peers": entries})
+        write_atomic(args.json_out, {"peers": entries, "shard": args.shard, "gpu_uuid": gpu_uuid(torch),
+                                     "elapsed_s": round(time.time() - t_start, 1), "attribution": dict(ATTRIBUTION),
+                                     "skipped": skipped, "footer": footer})
     if args.record:
         rec = json.loads(pathlib.Path(args.record).read_text())
         rec["peers"] = entries
         write_atomic(args.record, rec)
     return 0
+
+
+def gpu_uuid(torch):
+    """The timing GPU's uuid (as nvidia-smi prints it), or its name where torch gives no uuid."""
+    props = torch.cuda.get_device_properties(0)
+    uuid = getattr(props, "uuid", None)
+    return f"GPU-{uuid}" if uuid is not None else props.name
+
+
+def load_case_times(path):
+    """{(op, case): seconds} from a run record's peers entries: the milliseconds timed per (op, case), the
+    samples counted (what a part of --shard costs, roughly); {} when the record has none or is unreadable."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import compare
+
+    try:
+        peers = compare.load_record(path).get("peers") or []
+    except (compare.RecordError, AttributeError):
+        return {}
+    times = {}
+    for e in peers if isinstance(peers, list) else []:
+        if not isinstance(e, dict):
+            continue
+        key = (e.get("op"), e.get("case"))
+        ms = sum((e.get(f"{side}_ms") or 0) * ((e.get("samples") or {}).get(side) or 0)
+                 for side in ("detops", "torchvision"))
+        times[key] = times.get(key, 0.0) + ms / 1e3
+    return times
+
+
+def shard_plan(plan, shard, times):
+    """The I-th of N parts of plan ([(pair, case)], in table order): with times ({(op, case): s}), longest first,
+    each to the least loaded part (an unknown (op, case) counts as the mean); without, round-robin. Table order
+    within the part."""
+    index, n = shard
+    if not times:
+        return plan[index::n]
+    known = [times[(p.op, c.name)] for p, c in plan if (p.op, c.name) in times]
+    default = sum(known) / len(known) if known else 1.0
+    cost = [times.get((p.op, c.name), default) for p, c in plan]
+    load, owner = [0.0] * n, {}
+    for k in sorted(range(len(plan)), key=lambda k: (-cost[k], k)):
+        j = min(range(n), key=lambda j: (load[j], j))
+        load[j] += cost[k]
+        owner[k] = j
+    return [item for k, item in enumerate(plan) if owner[k] == index]
+
+
+def table_order_key():
+    """Sort key of a peers entry in the table's order (pairs.PAIRS, each pair's cases, dtypes, fwd before bwd);
+    unknown ops and cases last, in name order."""
+    from peer import pairs
+
+    rank = {}
+    for i, pair in enumerate(pairs.PAIRS):
+        for j, case in enumerate(pair.cases):
+            rank.setdefault((pair.op, case.name), (i, j))
+    dtypes = {pairs.DTYPE_NAME[d]: k for k, d in enumerate(pairs.ALL_DTYPES)}
+    return lambda e: (rank.get((e.get("op"), e.get("case")), (len(rank), 0)), e.get("op", ""), e.get("case", ""),
+                      dtypes.get(e.get("dtype"), 9), 0 if e.get("direction") == "fwd" else 1)
+
+
+def merge_parts(paths, record):
+    """--merge: the parts' entries (each tagged with its part's gpu_uuid) in table order; the table, then one line
+    per part (GPU, entries, seconds) and one per part that is missing or unreadable; exit 1 when one is."""
+    entries, lines, bad, footers = [], [], [], set()
+    for path in paths:
+        try:
+            part = json.loads(pathlib.Path(path).read_text())
+            if not isinstance(part, dict) or not isinstance(part.get("peers"), list):
+                raise ValueError('expected an object with a "peers" list (peer_bench --json-out)')
+        except (OSError, ValueError) as e:
+            bad.append(f"{path}: {e}")
+            continue
+        for e in part["peers"]:
+            if isinstance(e, dict):
+                entries.append(dict(e, gpu_uuid=part.get("gpu_uuid") or "unknown"))
+        if part.get("footer"):
+            footers.add(part["footer"])
+        lines.append(f"part {part.get('shard') or path}: {len(part['peers'])} entries on {part.get('gpu_uuid')} in "
+                     f"{part.get('elapsed_s')} s" + (f"; skipped: {'; '.join(part['skipped'])}" if part.get("skipped") else ""))
+    entries.sort(key=table_order_key())
+    print(markdown_table(entries))
+    print(f"\n{len(entries)} entries from {len(paths) - len(bad)} of {len(paths)} parts; " + "; ".join(sorted(footers)))
+    for line in lines:
+        print(f"- {line}")
+    for b in bad:
+        print(f"- MISSING part (its process crashed or was killed; the other parts are kept): {b}")
+    if record:
+        rec = json.loads(pathlib.Path(record).read_text())
+        rec["peers"] = entries
+        write_atomic(record, rec)
+    return 1 if bad else 0
 
 
 def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, flush, device="cuda", timer=None,

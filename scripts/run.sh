@@ -114,9 +114,31 @@ after_args=()
 if [ "$gpu" != no-gpu ] && peer_available; then
   peer_beside=1
   rm -f "$out/peer_pytest.rc"
-  detops_log "peer suite: pytest suites/peer beside the correctness shards (CPU and CUDA; log: ${out#$DETOPS_ROOT/}/peer_pytest.log)"
-  ( set +e; env "${peer_env[@]}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "${peer_k[@]}" "$DETOPS_ROOT/suites/peer" \
-      >"$out/peer_pytest.log" 2>&1; echo $? >"$out/peer_pytest.rc" ) &
+  if [ "${gpu_count:-0}" -gt 1 ]; then
+    # One pytest per GPU, each keeping every N-th test (suites/peer/conftest.py, DETOPS_PYTEST_SHARD); their logs are
+    # peer_pytest.log (the first, whose progress shard_suite shows) and peer_pytest-I.log; peer_pytest.rc is the
+    # worst exit status, written once all have ended.
+    detops_log "peer suite: pytest suites/peer beside the correctness shards, one process per GPU (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
+    (
+      set +e
+      IFS=, read -r -a peer_gpus <<<"$gpu_list"
+      pids=()
+      for i in "${!peer_gpus[@]}"; do
+        log="$out/peer_pytest.log"; [ "$i" -gt 0 ] && log="$out/peer_pytest-$i.log"
+        env "${peer_env[@]}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" CUDA_VISIBLE_DEVICES="${peer_gpus[$i]}" \
+          DETOPS_PYTEST_SHARD="$i/${#peer_gpus[@]}" "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "${peer_k[@]}" \
+          "$DETOPS_ROOT/suites/peer" >"$log" 2>&1 &
+        pids+=($!)
+      done
+      worst=0
+      for pid in "${pids[@]}"; do wait "$pid"; r=$?; [ $r -gt $worst ] && worst=$r; done
+      echo $worst >"$out/peer_pytest.rc"
+    ) &
+  else
+    detops_log "peer suite: pytest suites/peer beside the correctness shards (CPU and CUDA; log: ${out#$DETOPS_ROOT/}/peer_pytest.log)"
+    ( set +e; env "${peer_env[@]}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "${peer_k[@]}" "$DETOPS_ROOT/suites/peer" \
+        >"$out/peer_pytest.log" 2>&1; echo $? >"$out/peer_pytest.rc" ) &
+  fi
   peer_pid=$!
   after_args=(--serial-after "$out/peer_pytest.rc" --serial-after-log "$out/peer_pytest.log")
 fi
@@ -144,7 +166,10 @@ step_times+=("correctness suite $elapsed s")
 if [ $peer_beside = 1 ]; then
   wait "$peer_pid" 2>/dev/null || true
   prc=$(cat "$out/peer_pytest.rc" 2>/dev/null || echo "none (it wrote no exit status)")
-  detops_log "peer suite: $(tail -n1 "$out/peer_pytest.log") (exit $prc)"
+  for log in "$out"/peer_pytest.log "$out"/peer_pytest-*.log; do
+    [ -f "$log" ] && detops_log "peer suite ($(basename "$log")): $(tail -n1 "$log")"
+  done
+  detops_log "peer suite: exit $prc"
   [ "$prc" != 0 ] && status=1
 fi
 
@@ -189,9 +214,27 @@ if peer_available; then
   peer_start=$(date +%s)
   detops_log "peer timing against torchvision: scripts/peer_bench.py (torch.profiler kernel time; log: ${out#$DETOPS_ROOT/}/peer_bench.log)"
   set +e
-  env "${peer_env[@]}" "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/peer_bench.py" --record "$out/record.json" ${DETOPS_OPS:+--ops "$DETOPS_OPS"} \
-    >"$out/peers.md" 2> >(tee "$out/peer_bench.log" | grep --line-buffered -E '^peer_bench: \[[0-9]*0/' >&2)
-  rc=$?
+  if [ "${gpu_count:-0}" -gt 1 ]; then
+    # One process per GPU, each timing a part of the table (--shard I/N, split by the previous record's peer times),
+    # then one merge into the record; a part whose process died is reported and the others kept.
+    IFS=, read -r -a peer_gpus <<<"$gpu_list"
+    pids=()
+    for i in "${!peer_gpus[@]}"; do
+      rm -f "$out/peers-$i.json"
+      env "${peer_env[@]}" CUDA_VISIBLE_DEVICES="${peer_gpus[$i]}" "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/peer_bench.py" \
+        --shard "$i/${#peer_gpus[@]}" ${times:+--times "$times"} --json-out "$out/peers-$i.json" ${DETOPS_OPS:+--ops "$DETOPS_OPS"} \
+        >/dev/null 2> >(tee "$out/peer_bench-$i.log" | grep --line-buffered -E '^peer_bench: \[[0-9]*0/' | sed -u "s/^peer_bench:/peer_bench (GPU ${peer_gpus[$i]}):/" >&2) &
+      pids+=($!)
+    done
+    rc=0
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    parts=(); for i in "${!peer_gpus[@]}"; do parts+=("$out/peers-$i.json"); done
+    "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/peer_bench.py" --merge "${parts[@]}" --record "$out/record.json" >"$out/peers.md" || rc=1
+  else
+    env "${peer_env[@]}" "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/peer_bench.py" --record "$out/record.json" ${DETOPS_OPS:+--ops "$DETOPS_OPS"} \
+      >"$out/peers.md" 2> >(tee "$out/peer_bench.log" | grep --line-buffered -E '^peer_bench: \[[0-9]*0/' >&2)
+    rc=$?
+  fi
   set -e
   cat "$out/peers.md"
   step_times+=("peer timing $(( $(date +%s) - peer_start )) s")

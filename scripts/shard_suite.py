@@ -27,7 +27,7 @@ torchvision peer suite beside the shards (correctness only, so sharing the GPU c
 it write FILE when it ends, so its GPU memory is given back before the large-index checks need it. While
 waiting, the progress line says so, with pytest's percentage and the time left from --serial-after-log.
 
---gpus 0,1,...: for a machine with several GPUs. Shard i runs with CUDA_VISIBLE_DEVICES set to the (i mod N)-th
+--gpus 0,1,... (or auto: every visible GPU): for a machine with several GPUs. Shard i runs with CUDA_VISIBLE_DEVICES set to the (i mod N)-th
 GPU, the serial tests are dealt round-robin to one process per GPU (so still no two of them share a GPU), every test
 in the merged report carries the GPU it ran on ("detops_gpu"), the report keeps each GPU's device facts
 ("detops_device_facts_by_gpu") and "detops_shards" says which shard ran where.
@@ -36,7 +36,11 @@ A shard that fails or crashes is reported with its exit status and the tail of i
 (--out's folder/shard-i.log), and the other shards' results are kept: --out then has every test that a
 shard reported, and the merged file says which shards did not finish ("detops_shards").
 
-Exit 0: every shard passed (or skipped everything). 1: a test failed or a shard crashed or wrote no JSON.
+The test command's CUDA entry (CTest correctness_cuda) runs --gpus auto --shards 0 --skip-code 77: one process per
+visible GPU, each running its tests one after another (so the large-index checks never share a GPU), 77 when
+there is no GPU and every test skipped.
+
+Exit 0: every shard passed (or skipped everything; --skip-code N: N when every shard skipped everything). 1: a test failed or a shard crashed or wrote no JSON.
 2: usage errors (no binary, bad shard count).
 """
 import argparse
@@ -206,7 +210,7 @@ def fmt_s(s):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--binary", required=True, help="the GoogleTest executable")
-    ap.add_argument("--shards", type=int, default=4, help="processes (default 4)")
+    ap.add_argument("--shards", type=int, default=4, help="processes (default 4; 0: one per GPU of --gpus)")
     ap.add_argument("--filter", default="*", help="--gtest_filter (default '*')")
     ap.add_argument("--out", required=True, help="merged GoogleTest JSON")
     ap.add_argument("--outputs", help="save and merge output dumps (DETOPS_SAVE_OUTPUTS) into this folder")
@@ -219,15 +223,22 @@ def main(argv=None):
     ap.add_argument("--serial-after-log", help="that job's log (pytest -q), for its progress while waiting")
     ap.add_argument("--gpus", default="", help="comma-separated GPUs (as CUDA_VISIBLE_DEVICES names them): shard i "
                     "runs on the (i mod N)-th, each test is tagged with its GPU (detops_gpu), and the serial tests run "
-                    "one process per GPU")
+                    "one process per GPU. 'auto': CUDA_VISIBLE_DEVICES when set, else every GPU nvidia-smi lists (none: "
+                    "no GPU pinning)")
+    ap.add_argument("--skip-code", type=int, default=None, help="exit with this status (CTest's SKIP_RETURN_CODE) "
+                    "when every process skipped every test it ran (no GPU), instead of 0")
     ap.add_argument("extra", nargs="*", help="more gtest arguments (after --)")
     args = ap.parse_args(argv)
     binary = pathlib.Path(args.binary)
     if not os.access(binary, os.X_OK):
         print(f"shard_suite: --binary {binary}: not an executable file", file=sys.stderr)
         return 2
+    if args.gpus == "auto":
+        args.gpus = ",".join(visible_gpus())
+    if args.shards == 0:  # one process per GPU (one without a GPU): the test command's CUDA entry
+        args.shards = max(1, len([g for g in args.gpus.split(",") if g.strip()]))
     if not 1 <= args.shards <= 256:
-        print(f"shard_suite: --shards {args.shards}: expected 1..256", file=sys.stderr)
+        print(f"shard_suite: --shards {args.shards}: expected 1..256 (0: one per GPU)", file=sys.stderr)
         return 2
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -328,6 +339,20 @@ def wait_for_file(path, log, interval, start):
         print(f"[shard_suite] {fmt_s(now - start)}: {what}", flush=True)
 
 
+def visible_gpus():
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them: that variable's entries when it is set
+    (empty: none), else the indices nvidia-smi lists; [] without nvidia-smi or a GPU."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()] if out.returncode == 0 else []
+
+
 def wait_and_report(procs, args, start):
     last = stage_start = time.time()
     while any(p["proc"].poll() is None for p in procs):
@@ -405,6 +430,8 @@ def finish(procs, args, out, outputs, start):
     print(f"[shard_suite] {merged['tests']} tests: {merged['tests'] - merged['failures'] - skipped} passed, "
           f"{merged['failures']} failed, {skipped} skipped; {len(broken)} of {len(procs)} processes failed or crashed; "
           f"{fmt_s(time.time() - start)}" + (f"; {saved} outputs saved in {outputs}" if outputs else ""))
+    if status == 0 and args.skip_code is not None and procs and all(p["proc"].returncode == 77 for p in procs):
+        return args.skip_code  # every process skipped every test (77 is correctness_main.cpp's "all skipped")
     return status
 
 

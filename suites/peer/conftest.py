@@ -30,3 +30,24 @@ def pytest_sessionfinish(session, exitstatus):
         if exitstatus in (0, 5):
             print("\ntorchvision not installed: peer suite skipped")
             session.exitstatus = 77
+
+
+def pytest_collection_modifyitems(config, items):
+    """DETOPS_PYTEST_SHARD=I/N (scripts/run.sh on a machine with several GPUs, one process per GPU): this process
+    keeps every N-th collected test starting at the I-th and deselects the rest, so the N processes together run
+    each test once."""
+    import os
+    import re
+
+    spec = os.environ.get("DETOPS_PYTEST_SHARD")
+    if not spec:
+        return
+    m = re.fullmatch(r"(\d+)/(\d+)", spec)
+    if not m or not 0 <= int(m.group(1)) < int(m.group(2)):
+        raise pytest.UsageError(f"DETOPS_PYTEST_SHARD={spec!r}: expected I/N with 0 <= I < N, e.g. 0/2")
+    index, n = int(m.group(1)), int(m.group(2))
+    keep = [item for k, item in enumerate(items) if k % n == index]
+    drop = [item for k, item in enumerate(items) if k % n != index]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep

@@ -443,3 +443,98 @@ def test_progress_tail_gives_the_time_left_at_the_mean_rate():
     assert peer_bench.time_left(90, 3, 6) == "1m30s, about 1m30s left"
     assert peer_bench.time_left(10, 1, 5) == "10s, about 40s left"
     assert peer_bench.time_left(5, 0, 6) == "5s" and peer_bench.time_left(70, 6, 6) == "1m10s"
+
+
+def model_plan():
+    return [(pair, case) for pair in pairs.PAIRS for case in pair.cases if case.kind == "model"]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_shard_plan_gives_every_case_to_exactly_one_process(n):
+    plan = model_plan()
+    parts = [peer_bench.shard_plan(plan, (i, n), {}) for i in range(n)]
+    flat = [item for part in parts for item in part]
+    assert sorted(map(id, flat)) == sorted(map(id, plan)) and len(flat) == len(plan)
+    for part in parts:  # the table's order within each part
+        assert part == sorted(part, key=plan.index)
+    # With the previous run's times: longest first to the least loaded part; no part past the mean plus the
+    # longest case (a round-robin deal of these times would put both 100 s cases in part 0 of 2).
+    times = {(p.op, c.name): 1.0 for p, c in plan}
+    heavy = [(p.op, c.name) for p, c in plan[0::2][:2]]
+    for key in heavy:
+        times[key] = 100.0
+    parts = [peer_bench.shard_plan(plan, (i, n), times) for i in range(n)]
+    assert sorted(map(id, (x for part in parts for x in part))) == sorted(map(id, plan))
+    loads = [sum(times[(p.op, c.name)] for p, c in part) for part in parts]
+    assert max(loads) <= sum(loads) / n + 100.0
+    assert [sum((p.op, c.name) in heavy for p, c in part) for part in parts].count(2) == 0, \
+        "the two longest cases went to one process"
+
+
+def test_case_times_come_from_a_records_peer_entries(tmp_path):
+    rec = sr.make_record([("roi_align", "tiny", "fp32", "fwd", 0.1)])
+    rec["peers"] = [{"op": "nms", "case": "c", "detops_ms": 2.0, "torchvision_ms": 8.0,
+                     "samples": {"detops": 10, "torchvision": 5}},
+                    {"op": "nms", "case": "c", "detops_ms": None, "torchvision_ms": 1.0, "samples": {"torchvision": 4}}]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(rec))
+    assert peer_bench.load_case_times(str(path)) == {("nms", "c"): pytest.approx((20 + 40 + 4) / 1e3)}
+    (tmp_path / "bad.json").write_text("{")
+    assert peer_bench.load_case_times(str(tmp_path / "bad.json")) == {}
+
+
+def test_merge_puts_the_parts_back_in_table_order_with_their_gpu(tmp_path, capsys):
+    """--merge of one --json-out per GPU: every entry once, in the table's order, tagged with the GPU that timed it,
+    merged into a record that validates; a part that is missing (its process was killed) is reported, the others'
+    entries kept, exit 1."""
+    plan = model_plan()[:6]
+    entries = {k: [peer_bench.not_run_entry(p, c, dt, d, 1.0) for p, c in plan[k::2] for dt in pairs.ALL_DTYPES
+                   for d in ("fwd", "bwd")] for k in (0, 1)}
+    for k in (0, 1):
+        entries[k].reverse()  # a part's own order must not matter
+        (tmp_path / f"peers-{k}.json").write_text(json.dumps(
+            {"peers": entries[k], "shard": f"{k}/2", "gpu_uuid": f"GPU-{k}", "elapsed_s": 1.0, "footer": "timer: x"}))
+    rec = tmp_path / "record.json"
+    rec.write_text(json.dumps(sr.make_record([("roi_align", "tiny", "fp32", "fwd", 0.1)])))
+    parts = [str(tmp_path / "peers-0.json"), str(tmp_path / "peers-1.json")]
+    assert peer_bench.merge_parts(parts, str(rec)) == 0
+    merged = json.loads(rec.read_text())
+    assert compare.validate_record(merged)[0] != "invalid", compare.validate_record(merged)[1][:1]
+    got = [(e["op"], e["case"], e["dtype"], e["direction"]) for e in merged["peers"]]
+    want = [(p.op, c.name, pairs.DTYPE_NAME[dt], d) for p, c in plan for dt in pairs.ALL_DTYPES for d in ("fwd", "bwd")]
+    assert got == want
+    owner = {(p.op, c.name): f"GPU-{k % 2}" for k, (p, c) in enumerate(plan)}
+    assert all(e["gpu_uuid"] == owner[(e["op"], e["case"])] for e in merged["peers"])
+    out = capsys.readouterr().out
+    assert f"{len(want)} entries from 2 of 2 parts" in out and "part 1/2" in out
+
+    parts.append(str(tmp_path / "peers-2.json"))  # a third GPU's process killed before it wrote its part
+    assert peer_bench.merge_parts(parts, str(rec)) == 1
+    out = capsys.readouterr().out
+    assert "MISSING part" in out and "peers-2.json" in out
+    assert len(json.loads(rec.read_text())["peers"]) == len(want), "the two parts that ran are kept"
+
+
+def test_bad_shard_is_refused(capsys):
+    assert peer_bench.main(["--shard", "2/2"]) == 2
+    assert "--shard '2/2'" in capsys.readouterr().err
+
+
+def test_pytest_shards_split_the_peer_suite(tmp_path):
+    """DETOPS_PYTEST_SHARD=I/N (suites/peer/conftest.py, one pytest per GPU in the main job): the N processes'
+    tests are disjoint and together every test of the suite."""
+    import os
+    import subprocess
+
+    def collected(shard):
+        env = dict(os.environ, **({"DETOPS_PYTEST_SHARD": shard} if shard else {}))
+        r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                            str(ROOT / "suites" / "peer" / "test_dropin_package.py")],
+                           capture_output=True, text=True, env=env, cwd=tmp_path)
+        return [line for line in r.stdout.splitlines() if "::" in line], r
+    whole, _ = collected(None)
+    a, _ = collected("0/2")
+    b, _ = collected("1/2")
+    assert len(whole) > 4 and sorted(a + b) == sorted(whole) and not set(a) & set(b)
+    _, r = collected("2/2")
+    assert r.returncode != 0 and "DETOPS_PYTEST_SHARD='2/2'" in (r.stdout + r.stderr)

@@ -396,3 +396,41 @@ def test_the_run_ends_only_after_the_job_beside_it_without_serial_tests(tmp_path
     assert r.returncode == 0, r.stderr
     assert time.time() - t0 >= 4.0 and flag.exists()
     assert "waiting for peer.rc" in r.stdout
+
+
+@pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
+def test_the_test_commands_cuda_entry_uses_one_process_per_visible_gpu(tmp_path):
+    """CTest's correctness_cuda: --gpus auto --shards 0 runs one process per GPU of CUDA_VISIBLE_DEVICES (each test
+    once, tagged with its GPU); with none visible, one process, and --skip-code 77 when it skipped everything."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    wrapper = tmp_path / "wrap.sh"
+    wrapper.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in --gtest_output=json:*) part=${a#*json:};; esac; done\n'
+                       '[ -n "$part" ] && echo "$CUDA_VISIBLE_DEVICES" > "' + str(seen) + '/$(basename "$part")"\n'
+                       f'exec "{BIN}" "$@"\n')
+    wrapper.chmod(0o755)
+    common = [sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", str(wrapper), "--gpus", "auto",
+              "--shards", "0", "--skip-code", "77"]
+    r = subprocess.run(common + ["--filter", FILTER, "--out", str(tmp_path / "a.json")],
+                       env=dict(os.environ, CUDA_VISIBLE_DEVICES="4,6"), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert {p.name: p.read_text().strip() for p in seen.iterdir()} == {"a.shard-0.json": "4", "a.shard-1.json": "6"}
+    a = json.loads((tmp_path / "a.json").read_text())
+    assert a["detops_shards"]["shards"] == 2 and a["tests"] > 100
+    assert {t["detops_gpu"] for s in a["testsuites"] for t in s["testsuite"]} == {"4", "6"}
+    # Nothing visible (CUDA_VISIBLE_DEVICES empty, as on a machine without a GPU): one process without pinning; its
+    # CUDA tests all skip, with the reason, and the exit status is 77.
+    for p in seen.iterdir():
+        p.unlink()
+    r = subprocess.run(common + ["--filter", "nms.forward.*.cuda", "--out", str(tmp_path / "b.json")],
+                       env=dict(os.environ, CUDA_VISIBLE_DEVICES=""), capture_output=True, text=True)
+    assert [p.name for p in seen.iterdir()] == ["b.shard-0.json"]
+    b = json.loads((tmp_path / "b.json").read_text())
+    skipped = [t for s in b["testsuites"] for t in s["testsuite"] if t.get("result") == "SKIPPED"]
+    assert r.returncode == 77, r.stderr
+    assert len(skipped) == b["tests"] > 10 and all("CUDA" in t.get("message", "") for t in skipped), \
+        "every CUDA test skipped, each with its reason"
+    # Without --skip-code, the same skips are a pass (the main job's use).
+    r = subprocess.run(common[:-2] + ["--filter", "nms.forward.*.cuda", "--out", str(tmp_path / "c.json")],
+                       env=dict(os.environ, CUDA_VISIBLE_DEVICES=""), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
