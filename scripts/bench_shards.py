@@ -34,7 +34,9 @@ import gate_scope  # noqa: E402  (the op table)
 import merge_records  # noqa: E402
 import shard_suite  # noqa: E402  (the partition the correctness shards use)
 
-PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+# A progress line; detops_bench writes it to stderr, so in the shared log it can follow the console reporter's
+# colour codes on the same line (Google Benchmark colours its table even into a file unless told not to).
+PROGRESS = re.compile(r"^(?:\x1b\[[0-9;]*m)*\[(\d+)/(\d+)\]")
 
 
 def op_times(path):
@@ -128,7 +130,8 @@ def main(argv=None):
         log = logs / f"bench.gpu-{gpu}.log"
         f = open(log, "w")
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
-        cmd = [args.binary, f"--benchmark_filter={flt}", f"--detops_record={part}", *args.extra]
+        cmd = [args.binary, f"--benchmark_filter={flt}", f"--detops_record={part}", "--benchmark_color=false",
+               *args.extra]
         procs.append({"gpu": gpu, "part": part, "log": log, "file": f, "filter": flt,
                       "proc": subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)})
         print(f"[bench_shards] GPU {gpu}: {flt} (expected {exp:.0f} s of sampling)", flush=True)

@@ -193,6 +193,12 @@ def main(argv=None):
 
     out.append(f"**{total['passed']} passed, {total['failed']} failed, {total['skipped']} skipped**"
                + (f" in {args.wall_seconds:.0f} s" if args.wall_seconds is not None else ""))
+    broken = (rec.get("detops_shards") or {}).get("failed_or_crashed") or []
+    if broken:  # scripts/shard_suite.py: a process that crashed or was killed; its tests are not in these counts
+        where = "; ".join(f"shard {b.get('shard')}" + (f" on GPU {b['gpu']}" if b.get("gpu") is not None else "")
+                          + f": exit {b.get('exit')}" for b in broken)
+        out.append(f"**INCOMPLETE: {len(broken)} process(es) of the sharded run crashed or failed ({where}); the tests "
+                   "they had not reported are missing from these counts (their logs say where they stopped)**")
     out.append("")
     def table(title, columns, rows):
         if title:

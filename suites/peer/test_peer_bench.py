@@ -527,7 +527,10 @@ def test_pytest_shards_split_the_peer_suite(tmp_path):
     import subprocess
 
     def collected(shard):
-        env = dict(os.environ, **({"DETOPS_PYTEST_SHARD": shard} if shard else {}))
+        # Not the caller's shard: this test itself runs inside one in the main job on several GPUs.
+        env = {k: v for k, v in os.environ.items() if k != "DETOPS_PYTEST_SHARD"}
+        if shard:
+            env["DETOPS_PYTEST_SHARD"] = shard
         r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                             str(ROOT / "suites" / "peer" / "test_dropin_package.py")],
                            capture_output=True, text=True, env=env, cwd=tmp_path)

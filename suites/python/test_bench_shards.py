@@ -73,6 +73,11 @@ def test_progress_reads_the_last_progress_line(tmp_path):
     assert bench_shards.progress(log) == (0, 0)
     log.write_text("detops_bench: starting\n[3/40] roi_align/... 0.1 ms; 2s, about 20s left\n[4/40] nms/...\nother\n")
     assert bench_shards.progress(log) == (4, 40)
+    # As an H200 run's log had it: the progress line (stderr) right after the console table's colour reset.
+    log.write_text("[0;32mroi_align/box_head_1000/fp64/fwd/iterations:1/manual_time [m 0.383 ms\n"
+                   "\x1b[m[2/217] roi_align/box_head_1000/fp64/bwd 1.078 ms; 2s, about 3m33s left\n"
+                   "\x1b[0;32mroi_align/box_head_1000/fp64/bwd/iterations:1/manual_time\n")
+    assert bench_shards.progress(log) == (2, 217)
 
 
 def test_a_failing_gpu_is_reported_and_the_others_merged(tmp_path):

@@ -84,3 +84,15 @@ def test_malformed_device_facts_only_lose_the_heading(tmp_path, facts):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("## Correctness (no GPU: CUDA unavailable)")
     assert "**1 passed, 1 failed, 1 skipped**" in r.stdout
+
+
+def test_a_crashed_shard_is_said_in_the_summary(tmp_path):
+    """shard_suite's merged report of a run where one process was killed: the counts are the others' tests, and the
+    summary says, next to them, that the run is incomplete and which shard on which GPU died."""
+    rec = edited(lambda r: r.update(detops_shards={"shards": 3, "serial": None, "gpus": ["0", "1"], "failed_or_crashed": [
+        {"shard": 1, "exit": "-9 (no JSON written)", "log": "shard-1.log", "gpu": "1"}]}))
+    r, _ = summarize(tmp_path, rec)
+    assert r.returncode == 0, r.stderr
+    assert "**INCOMPLETE: 1 process(es)" in r.stdout and "shard 1 on GPU 1: exit -9" in r.stdout
+    r, _ = summarize(tmp_path, VALID)
+    assert "INCOMPLETE" not in r.stdout
