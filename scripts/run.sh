@@ -19,7 +19,8 @@
 # tests, benchmarks and peer checks, compared with the baseline by the same rule; the unit tests always run),
 # DETOPS_BENCH_ARGS (extra detops_bench flags, e.g. --benchmark_filter=...),
 # DETOPS_SKIP_BENCH=1 (correctness only), DETOPS_BASELINE=<record.json> (instead of the stored one),
-# DETOPS_SUITE_SHARDS=N (correctness processes; default: one per CPU, at most 16), DETOPS_RUN_TAG (appended to
+# DETOPS_SUITE_SHARDS=N (correctness processes; default: one per CPU, at most 16), DETOPS_PEER_PROCESSES=N (the
+# torchvision peer suite's pytest processes beside them on one GPU; default 2; one per GPU with several), DETOPS_RUN_TAG (appended to
 # the run folder's name), CUDA_VISIBLE_DEVICES (the GPUs used; several: the suite and the benchmarks are spread
 # over them, and DETOPS_BENCH_ARGS may not hold a --benchmark_filter then).
 set -euo pipefail
@@ -114,31 +115,33 @@ after_args=()
 if [ "$gpu" != no-gpu ] && peer_available; then
   peer_beside=1
   rm -f "$out/peer_pytest.rc"
+  # Several pytest processes, each keeping the tests whose id hashes to its index (suites/peer/conftest.py,
+  # DETOPS_PYTEST_SHARD): one per GPU with several GPUs, else DETOPS_PEER_PROCESSES (default 2) sharing the GPU. Their
+  # logs are peer_pytest.log (the first, whose progress shard_suite shows) and peer_pytest-I.log; peer_pytest.rc is
+  # the worst exit status, written once all have ended.
+  peer_gpus=()
   if [ "${gpu_count:-0}" -gt 1 ]; then
-    # One pytest per GPU, each keeping every N-th test (suites/peer/conftest.py, DETOPS_PYTEST_SHARD); their logs are
-    # peer_pytest.log (the first, whose progress shard_suite shows) and peer_pytest-I.log; peer_pytest.rc is the
-    # worst exit status, written once all have ended.
-    detops_log "peer suite: pytest suites/peer beside the correctness shards, one process per GPU (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
-    (
-      set +e
-      IFS=, read -r -a peer_gpus <<<"$gpu_list"
-      pids=()
-      for i in "${!peer_gpus[@]}"; do
-        log="$out/peer_pytest.log"; [ "$i" -gt 0 ] && log="$out/peer_pytest-$i.log"
-        env "${peer_env[@]}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" CUDA_VISIBLE_DEVICES="${peer_gpus[$i]}" \
-          DETOPS_PYTEST_SHARD="$i/${#peer_gpus[@]}" "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "${peer_k[@]}" \
-          "$DETOPS_ROOT/suites/peer" >"$log" 2>&1 &
-        pids+=($!)
-      done
-      worst=0
-      for pid in "${pids[@]}"; do wait "$pid"; r=$?; [ $r -gt $worst ] && worst=$r; done
-      echo $worst >"$out/peer_pytest.rc"
-    ) &
+    IFS=, read -r -a peer_gpus <<<"$gpu_list"
   else
-    detops_log "peer suite: pytest suites/peer beside the correctness shards (CPU and CUDA; log: ${out#$DETOPS_ROOT/}/peer_pytest.log)"
-    ( set +e; env "${peer_env[@]}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "${peer_k[@]}" "$DETOPS_ROOT/suites/peer" \
-        >"$out/peer_pytest.log" 2>&1; echo $? >"$out/peer_pytest.rc" ) &
+    n=${DETOPS_PEER_PROCESSES:-2}
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] || detops_die "DETOPS_PEER_PROCESSES: '$n' (expected a positive number of processes)"
+    for ((i = 0; i < n; i++)); do peer_gpus+=(""); done  # "": the job's own GPU
   fi
+  detops_log "peer suite: pytest suites/peer beside the correctness shards, ${#peer_gpus[@]} process(es)$([ "${gpu_count:-0}" -gt 1 ] && echo ', one per GPU') (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
+  (
+    set +e
+    pids=()
+    for i in "${!peer_gpus[@]}"; do
+      log="$out/peer_pytest.log"; [ "$i" -gt 0 ] && log="$out/peer_pytest-$i.log"
+      env "${peer_env[@]}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" ${peer_gpus[$i]:+CUDA_VISIBLE_DEVICES="${peer_gpus[$i]}"} \
+        DETOPS_PYTEST_SHARD="$i/${#peer_gpus[@]}" "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "${peer_k[@]}" \
+        "$DETOPS_ROOT/suites/peer" >"$log" 2>&1 &
+      pids+=($!)
+    done
+    worst=0
+    for pid in "${pids[@]}"; do wait "$pid"; r=$?; [ $r -gt $worst ] && worst=$r; done
+    echo $worst >"$out/peer_pytest.rc"
+  ) &
   peer_pid=$!
   after_args=(--serial-after "$out/peer_pytest.rc" --serial-after-log "$out/peer_pytest.log")
 fi
