@@ -172,6 +172,21 @@ detops_gpu_list() {  # the GPUs this job may use, comma-separated: CUDA_VISIBLE_
   nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | tr -d ' ' | paste -sd, - || true
 }
 
+detops_prune_reference_cache() {  # DIR GB: the oldest entries (by modification time: a hit touches its file) removed
+  local dir=$1 cap=$2                # until the cache holds at most GB gibibytes; leftover temporary files too
+  [[ "$cap" =~ ^[0-9]+$ ]] || detops_die "DETOPS_REFERENCE_CACHE_GB: '$cap' (expected a whole number of GiB)"
+  [ -d "$dir" ] || return 0
+  find "$dir" -name '*.ref.tmp.*' -mmin +60 -delete 2>/dev/null || true
+  local limit=$(( cap * 1024 * 1024 * 1024 )) total removed=0
+  total=$(find "$dir" -type f -name '*.ref' -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+  [ "$total" -le "$limit" ] && return 0
+  while read -r _ size path; do
+    [ "$total" -le "$limit" ] && break
+    rm -f "$path" && total=$(( total - size )) && removed=$(( removed + 1 ))
+  done < <(find "$dir" -type f -name '*.ref' -printf '%T@ %s %p\n' | sort -n)
+  detops_log "reference cache: removed the $removed least recently used entries (over ${cap} GiB)"
+}
+
 detops_suite_shards() {
   if [ -n "${DETOPS_SUITE_SHARDS:-}" ]; then
     echo "$DETOPS_SUITE_SHARDS"

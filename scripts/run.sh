@@ -19,6 +19,8 @@
 # tests, benchmarks and peer checks, compared with the baseline by the same rule; the unit tests always run),
 # DETOPS_BENCH_ARGS (extra detops_bench flags, e.g. --benchmark_filter=...),
 # DETOPS_SKIP_BENCH=1 (correctness only), DETOPS_BASELINE=<record.json> (instead of the stored one),
+# DETOPS_REFERENCE_CACHE=DIR (the suite's fp64 references kept between runs of one build; default: in the build
+# folder; empty: off), DETOPS_REFERENCE_CACHE_GB (its size cap, default 20),
 # DETOPS_SUITE_SHARDS=N (correctness processes; default: one per CPU, at most 16), DETOPS_PEER_PROCESSES=N (the
 # torchvision peer suite's pytest processes beside them on one GPU; default 2; one per GPU with several), DETOPS_RUN_TAG (appended to
 # the run folder's name), CUDA_VISIBLE_DEVICES (the GPUs used; several: the suite and the benchmarks are spread
@@ -154,6 +156,11 @@ set +e
 # committed ones (results/suite-times/); without either, GoogleTest's round-robin split.
 timings=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$gpu"/correctness.json 2>/dev/null | grep -v "/$run_id/" | head -n1 || true)
 [ -z "$timings" ] && [ -f "$DETOPS_ROOT/results/suite-times/$gpu.json.gz" ] && timings="$DETOPS_ROOT/results/suite-times/$gpu.json.gz"
+# The fp64 references kept between runs of one build (harness/reference_cache.h: keyed by the build's bytes, the case and
+# its inputs; DETOPS_REFERENCE_CACHE= (empty) turns it off), pruned to DETOPS_REFERENCE_CACHE_GB (default 20),
+# least recently used first.
+export DETOPS_REFERENCE_CACHE="${DETOPS_REFERENCE_CACHE-$DETOPS_BUILD_DIR/reference-cache}"
+[ -n "$DETOPS_REFERENCE_CACHE" ] && detops_prune_reference_cache "$DETOPS_REFERENCE_CACHE" "${DETOPS_REFERENCE_CACHE_GB:-20}"
 "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/shard_suite.py" --binary "$DETOPS_BUILD_DIR/suites/detops_correctness" \
   --shards "$shards" --filter "$filter" --serial "$DETOPS_SERIAL_TESTS" --out "$out/correctness.json" \
   --outputs "$out/outputs" --interval 20 ${timings:+--timings "$timings"} "${after_args[@]}" "${gpu_args[@]}"

@@ -23,8 +23,8 @@ def load(path):
 
 # The string properties the summary reads from a test, when present (GoogleTest writes RecordProperty values as
 # strings).
-STRING_FIELDS = ("name", "result", "dtype", "time", "reference_reused", "fd_evaluation", "bitwise_reproducible",
-                 "max_abs_error", "max_rel_error")
+STRING_FIELDS = ("name", "result", "dtype", "time", "reference_reused", "reference_cache", "fd_evaluation",
+                 "bitwise_reproducible", "max_abs_error", "max_rel_error")
 
 
 def _type(v):
@@ -144,6 +144,7 @@ def main(argv=None):
     phases = collections.defaultdict(collections.Counter)  # (check, device) -> phase -> seconds
     longest = []
     reused = collections.Counter()
+    cache = collections.Counter()  # DETOPS_REFERENCE_CACHE: hit / hit verified / stored / miss
     fd_evaluation = collections.Counter()
     for suite in rec.get("testsuites", []):
         op, _, check = suite["name"].partition(".")
@@ -170,6 +171,8 @@ def main(argv=None):
                         pass
             if "reference_reused" in t:
                 reused[t["reference_reused"]] += 1
+            if "reference_cache" in t:
+                cache[t["reference_cache"]] += 1
             if "fd_evaluation" in t and device == "cuda":
                 how = t["fd_evaluation"]
                 fd_evaluation[(op, "eager (no graph)" if how.startswith("eager (no graph") else how)] += 1
@@ -224,7 +227,9 @@ def main(argv=None):
         if len(small) > 1:
             seconds[("(checks under 1 s in all)", "-")] = sum(seconds.pop(k) for k in small)
         table(f"Where the time went ({sum(seconds.values()):.0f} s of test time"
-              + (f"; references reused by {reused['true']} of {sum(reused.values())} checks" if reused else "") + "):",
+              + (f"; references reused by {reused['true']} of {sum(reused.values())} checks" if reused else "")
+              + ("; reference cache: " + ", ".join(f"{n} {k}" for k, n in sorted(cache.items())) if cache else "")
+              + "):",
               ["check", "device", "seconds", *[f"{p} s" for p in names]],
               [(c, d, f"{v:.1f}", *[f"{phases[(c, d)][p]:.1f}" for p in names])
                for (c, d), v in sorted(seconds.items(), key=lambda kv: -kv[1])])

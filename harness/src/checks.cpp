@@ -1,6 +1,7 @@
 #include "detops/harness/checks.h"
 
 #include "detops/harness/output_dump.h"
+#include "detops/harness/reference_cache.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -164,12 +165,48 @@ bool same_tensors(const Tensors& a, const Tensors& b) {
   return true;
 }
 
+// DETOPS_REFERENCE_CACHE=DIR: references kept on disk between runs of one build (reference_cache.h).
+struct ReferenceCacheConfig {
+  std::string dir;
+  double min_ms = 50.0;
+  bool verify = false;
+};
+
+const ReferenceCacheConfig& reference_cache_config() {
+  static const ReferenceCacheConfig config = [] {
+    ReferenceCacheConfig c;
+    if (const char* dir = std::getenv("DETOPS_REFERENCE_CACHE")) c.dir = dir;
+    if (const char* ms = std::getenv("DETOPS_REFERENCE_CACHE_MIN_MS")) {
+      char* end = nullptr;
+      const double v = std::strtod(ms, &end);
+      if (end == ms || *end != '\0' || !(v >= 0.0))
+        throw std::invalid_argument(std::string("DETOPS_REFERENCE_CACHE_MIN_MS: '") + ms +
+                                    "' (expected a number of milliseconds >= 0)");
+      c.min_ms = v;
+    }
+    c.verify = env_flag("DETOPS_REFERENCE_CACHE_VERIFY", false);
+    return c;
+  }();
+  return config;
+}
+
+bool same_values(const Tensors& a, const Tensors& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].defined() != b[i].defined()) return false;
+    if (a[i].defined() && !bitwise_equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
 // The reference's outputs (and magnitudes) on `inputs` (and `grads`) for the check of `device`: on CUDA the ones
-// the case's CPU check of the same dtype and direction kept, if its inputs were the same; else computed by
-// `compute`. Sets the property reference_reused.
+// the case's CPU check of the same dtype and direction kept, if its inputs were the same; else the ones the
+// reference cache holds for these inputs and this build (when DETOPS_REFERENCE_CACHE is set); else computed by
+// `compute` (and stored in the cache when that took at least DETOPS_REFERENCE_CACHE_MIN_MS). Sets the properties
+// reference_reused and, with the cache, reference_cache (hit, hit verified, stored, miss).
 template <typename Compute>
-CaseMemo::Reference memo_reference(CheckResult& r, const OpCase& c, Device device, bool backward, DType dtype,
-                                   const Tensors& inputs, const Tensors& grads, Compute&& compute) {
+CaseMemo::Reference memo_reference(CheckResult& r, const std::string& op, const OpCase& c, Device device, bool backward,
+                                   DType dtype, const Tensors& inputs, const Tensors& grads, Compute&& compute) {
   if (case_memo().c != &c) case_data(c);
   CaseMemo& m = case_memo();
   if (case_memo_enabled() && device == Device::kCuda) {
@@ -186,8 +223,38 @@ CaseMemo::Reference memo_reference(CheckResult& r, const OpCase& c, Device devic
   CaseMemo::Reference e;
   e.backward = backward;
   e.dtype = dtype;
-  compute(e.outputs, e.magnitudes);
   r.properties["reference_reused"] = "false";
+  const ReferenceCacheConfig& cache = reference_cache_config();
+  std::string path;
+  bool done = false;
+  if (!cache.dir.empty()) {
+    ReferenceKeyParts parts{op, c.name, c.seed, backward, dtype_name(dtype), &inputs, &grads};
+    const std::string key = reference_cache_key(process_build_identity(), parts);
+    path = cache.dir + "/" + key.substr(0, 2) + "/" + key + ".ref";
+    if (auto hit = load_reference(path)) {
+      if (cache.verify) {
+        compute(e.outputs, e.magnitudes);
+        if (!same_values(e.outputs, hit->first) || !same_values(e.magnitudes, hit->second))
+          throw std::runtime_error("reference cache: " + path + " differs from the reference computed now");
+        r.properties["reference_cache"] = "hit verified";
+      } else {
+        e.outputs = std::move(hit->first);
+        e.magnitudes = std::move(hit->second);
+        r.properties["reference_cache"] = "hit";
+      }
+      touch_reference(path);  // in use: scripts/run.sh prunes the least recently used entries first
+      done = true;
+    }
+  }
+  if (!done) {
+    const auto t0 = std::chrono::steady_clock::now();
+    compute(e.outputs, e.magnitudes);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!path.empty()) {
+      r.properties["reference_cache"] =
+          ms < cache.min_ms ? "miss" : (save_reference(path, e.outputs, e.magnitudes) ? "stored" : "miss (not stored)");
+    }
+  }
   if (case_memo_enabled() && device == Device::kCpu && cuda_available() && c.skip_reason.count(Device::kCuda) == 0) {
     e.inputs = inputs;
     e.grads = grads;
@@ -530,7 +597,7 @@ CheckResult check_forward(const OpSpec& op, const OpCase& c, DType dtype, Device
     clock.mark("op");
     const Tensors ref_in = reference_view(in);
     const CaseMemo::Reference reference =
-        memo_reference(res, c, device, /*backward=*/false, dtype, ref_in, {}, [&](Tensors& outputs, Tensors& magnitudes) {
+        memo_reference(res, op.name, c, device, /*backward=*/false, dtype, ref_in, {}, [&](Tensors& outputs, Tensors& magnitudes) {
           outputs = d.reference_forward(ref_in);
           if (!d.judge_forward && d.reference_forward_magnitude) magnitudes = d.reference_forward_magnitude(ref_in);
         });
@@ -573,7 +640,7 @@ CheckResult check_backward(const OpSpec& op, const OpCase& c, DType dtype, Devic
     clock.mark("op");
     const Tensors ref_in = reference_view(in), ref_grads = reference_view(grads);
     const CaseMemo::Reference reference =
-        memo_reference(res, c, device, /*backward=*/true, dtype, ref_in, ref_grads, [&](Tensors& outputs, Tensors& magnitudes) {
+        memo_reference(res, op.name, c, device, /*backward=*/true, dtype, ref_in, ref_grads, [&](Tensors& outputs, Tensors& magnitudes) {
           outputs = d.reference_backward(ref_in, ref_grads);
           if (d.reference_backward_magnitude) magnitudes = d.reference_backward_magnitude(ref_in, ref_grads);
         });

@@ -434,3 +434,57 @@ def test_the_test_commands_cuda_entry_uses_one_process_per_visible_gpu(tmp_path)
     r = subprocess.run(common[:-2] + ["--filter", "nms.forward.*.cuda", "--out", str(tmp_path / "c.json")],
                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""), capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+CACHE_FILTER = "roi_pool.forward.grid_*.fp32.cpu:roi_pool.backward.grid_*.fp32.cpu:nms.forward.*.fp32.cpu"
+
+
+def cached_run(tmp_path, name, cache, **env):
+    out = tmp_path / f"{name}.json"
+    r = subprocess.run([BIN, f"--gtest_filter={CACHE_FILTER}", "--gtest_brief=1", f"--gtest_output=json:{out}"],
+                       env=dict(os.environ, DETOPS_REFERENCE_CACHE=str(cache), DETOPS_REFERENCE_CACHE_MIN_MS="0", **env),
+                       capture_output=True, text=True)
+    tests = {f"{s['name']}.{t['name']}": t for s in json.loads(out.read_text())["testsuites"] for t in s["testsuite"]}
+    return r, tests
+
+
+@pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
+def test_reference_cache_gives_the_same_verdicts_and_never_a_damaged_entry(tmp_path):
+    """DETOPS_REFERENCE_CACHE: the first run stores each reference, the second finds every one and reaches the same
+    verdicts and errors to the bit; a stored file damaged on disk is recomputed (and stored again); under
+    DETOPS_REFERENCE_CACHE_VERIFY=1 a valid file holding another entry's values (swapped) fails its check."""
+    cache = tmp_path / "cache"
+    r1, first = cached_run(tmp_path, "first", cache)
+    assert r1.returncode == 0, r1.stdout[-2000:]
+    assert len(first) > 30 and {t.get("reference_cache") for t in first.values()} == {"stored"}
+    files = sorted(cache.glob("*/*.ref"))
+    assert len(files) == len(first), "one file per (case, dtype, direction)"
+    r2, second = cached_run(tmp_path, "second", cache)
+    assert r2.returncode == 0, r2.stdout[-2000:]
+    assert {t.get("reference_cache") for t in second.values()} == {"hit"}
+    for name, t in first.items():
+        for field in ("result", "max_abs_error", "max_rel_error", "mismatches", "outcome"):
+            assert second[name].get(field) == t.get(field), (name, field)
+
+    # One bit of one stored value flipped: that entry is not used but computed and stored anew.
+    damaged = files[len(files) // 2]
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 1
+    damaged.write_bytes(bytes(data))
+    r3, third = cached_run(tmp_path, "third", cache)
+    assert r3.returncode == 0, r3.stdout[-2000:]
+    assert sorted(t.get("reference_cache") for t in third.values()).count("stored") == 1
+    assert damaged.read_bytes() != bytes(data), "the damaged file was rewritten"
+
+    r4, fourth = cached_run(tmp_path, "fourth", cache, DETOPS_REFERENCE_CACHE_VERIFY="1")
+    assert r4.returncode == 0, r4.stdout[-2000:]
+    assert {t.get("reference_cache") for t in fourth.values()} == {"hit verified"}
+    a, b = files[0], files[-1]  # two valid files, each under the other's key
+    a_bytes, b_bytes = a.read_bytes(), b.read_bytes()
+    a.write_bytes(b_bytes)
+    b.write_bytes(a_bytes)
+    r5, fifth = cached_run(tmp_path, "fifth", cache, DETOPS_REFERENCE_CACHE_VERIFY="1")
+    assert r5.returncode == 1
+    failed = [n for n, t in fifth.items() if t.get("failures")]
+    assert len(failed) == 2 and all("differs from the reference computed now" in
+                                    fifth[n]["failures"][0]["failure"] for n in failed), failed
