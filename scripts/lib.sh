@@ -172,6 +172,11 @@ detops_gpu_list() {  # the GPUs this job may use, comma-separated: CUDA_VISIBLE_
   nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | tr -d ' ' | paste -sd, - || true
 }
 
+detops_use_reference_cache() {  # DEFAULT_DIR: export DETOPS_REFERENCE_CACHE (the caller's value wins; empty: off),
+  export DETOPS_REFERENCE_CACHE="${DETOPS_REFERENCE_CACHE-$1}"  # pruned to DETOPS_REFERENCE_CACHE_GB (default 20)
+  [ -z "$DETOPS_REFERENCE_CACHE" ] || detops_prune_reference_cache "$DETOPS_REFERENCE_CACHE" "${DETOPS_REFERENCE_CACHE_GB:-20}"
+}
+
 detops_prune_reference_cache() {  # DIR GB: the oldest entries (by modification time: a hit touches its file) removed
   local dir=$1 cap=$2                # until the cache holds at most GB gibibytes; leftover temporary files too
   [[ "$cap" =~ ^[0-9]+$ ]] || detops_die "DETOPS_REFERENCE_CACHE_GB: '$cap' (expected a whole number of GiB)"

@@ -228,11 +228,13 @@ def main(argv=None):
     args = ap.parse_args(argv)
     shard = None
     if args.shard:
-        m = re.fullmatch(r"(\d+)/(\d+)", args.shard)
-        if not m or not 0 <= int(m.group(1)) < int(m.group(2)):
-            print(f"peer_bench: error: --shard {args.shard!r}: expected I/N with 0 <= I < N, e.g. 0/2", file=sys.stderr)
+        from shard_suite import parse_shard
+
+        try:
+            shard = parse_shard(args.shard)
+        except ValueError as e:
+            print(f"peer_bench: error: --shard {e}", file=sys.stderr)
             return 2
-        shard = (int(m.group(1)), int(m.group(2)))
     try:
         case_filter = re.compile(args.cases) if args.cases else None
     except re.error as e:
@@ -359,21 +361,18 @@ def load_case_times(path):
 
 
 def shard_plan(plan, shard, times):
-    """The I-th of N parts of plan ([(pair, case)], in table order): with times ({(op, case): s}), longest first,
-    each to the least loaded part (an unknown (op, case) counts as the mean); without, round-robin. Table order
-    within the part."""
+    """The I-th of N parts of plan ([(pair, case)], in table order): with times ({(op, case): s}), the correctness
+    shards' split (shard_suite.balanced_partition: longest first onto the least loaded part, an unknown (op, case)
+    counting the median); without, round-robin. Table order within the part."""
+    from shard_suite import balanced_partition
+
     index, n = shard
     if not times:
         return plan[index::n]
-    known = [times[(p.op, c.name)] for p, c in plan if (p.op, c.name) in times]
-    default = sum(known) / len(known) if known else 1.0
-    cost = [times.get((p.op, c.name), default) for p, c in plan]
-    load, owner = [0.0] * n, {}
-    for k in sorted(range(len(plan)), key=lambda k: (-cost[k], k)):
-        j = min(range(n), key=lambda j: (load[j], j))
-        load[j] += cost[k]
-        owner[k] = j
-    return [item for k, item in enumerate(plan) if owner[k] == index]
+    names = [f"{p.op}/{c.name}" for p, c in plan]  # no dots: each its own unit for balanced_partition
+    lists, _ = balanced_partition(names, {f"{op}/{case}": t for (op, case), t in times.items()}, n)
+    mine = set(lists[index])
+    return [item for name, item in zip(names, plan) if name in mine]
 
 
 def table_order_key():

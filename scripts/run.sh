@@ -159,8 +159,7 @@ timings=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$gpu"/correctness.json 2>/dev/nul
 # The fp64 references kept between runs of one build (harness/reference_cache.h: keyed by the build's bytes, the case and
 # its inputs; DETOPS_REFERENCE_CACHE= (empty) turns it off), pruned to DETOPS_REFERENCE_CACHE_GB (default 20),
 # least recently used first.
-export DETOPS_REFERENCE_CACHE="${DETOPS_REFERENCE_CACHE-$DETOPS_BUILD_DIR/reference-cache}"
-[ -n "$DETOPS_REFERENCE_CACHE" ] && detops_prune_reference_cache "$DETOPS_REFERENCE_CACHE" "${DETOPS_REFERENCE_CACHE_GB:-20}"
+detops_use_reference_cache "$DETOPS_BUILD_DIR/reference-cache"
 "$DETOPS_PYTHON" "$DETOPS_ROOT/scripts/shard_suite.py" --binary "$DETOPS_BUILD_DIR/suites/detops_correctness" \
   --shards "$shards" --filter "$filter" --serial "$DETOPS_SERIAL_TESTS" --out "$out/correctness.json" \
   --outputs "$out/outputs" --interval 20 ${timings:+--timings "$timings"} "${after_args[@]}" "${gpu_args[@]}"

@@ -339,6 +339,15 @@ def wait_for_file(path, log, interval, start):
         print(f"[shard_suite] {fmt_s(now - start)}: {what}", flush=True)
 
 
+def parse_shard(spec):
+    """(I, N) from 'I/N' with 0 <= I < N (the one-process-per-GPU splits: peer_bench.py --shard, DETOPS_PYTEST_SHARD);
+    ValueError naming what was expected otherwise."""
+    m = re.fullmatch(r"(\d+)/(\d+)", spec or "")
+    if not m or not 0 <= int(m.group(1)) < int(m.group(2)):
+        raise ValueError(f"{spec!r}: expected I/N with 0 <= I < N, e.g. 0/2")
+    return int(m.group(1)), int(m.group(2))
+
+
 def visible_gpus():
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them: that variable's entries when it is set
     (empty: none), else the indices nvidia-smi lists; [] without nvidia-smi or a GPU."""

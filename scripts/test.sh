@@ -9,9 +9,7 @@ detops_setup
 detops_configure_and_build
 # The correctness suite's fp64 references kept between runs of one build (docs/architecture.md; empty: off). Off
 # by default under CI=true: a fresh clone never finds an entry, and would only write them.
-if [ "${CI:-}" = true ]; then default_cache=""; else default_cache="$DETOPS_BUILD_DIR/reference-cache"; fi
-export DETOPS_REFERENCE_CACHE="${DETOPS_REFERENCE_CACHE-$default_cache}"
-[ -n "$DETOPS_REFERENCE_CACHE" ] && detops_prune_reference_cache "$DETOPS_REFERENCE_CACHE" "${DETOPS_REFERENCE_CACHE_GB:-20}"
+detops_use_reference_cache "$([ "${CI:-}" = true ] || echo "$DETOPS_BUILD_DIR/reference-cache")"
 detops_log "running the tests"
 rm -rf "$DETOPS_BUILD_DIR/test-results"
 set +e
