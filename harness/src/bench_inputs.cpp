@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <list>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -119,10 +121,42 @@ std::pair<at::Tensor, at::Tensor> bench_box_pairs(std::int64_t n, std::uint64_t 
   return {targets, predictions};
 }
 
-at::Tensor bench_randn_cuda(const std::vector<std::int64_t>& shape, DType dtype, std::uint64_t seed) {
+at::Tensor bench_randn_master(const std::vector<std::int64_t>& shape, std::uint64_t seed) {
+  // Most recently used first. Keyed by the whole shape, not the element count: [2, 3] and [3, 2] from one seed
+  // hold the same values in different shapes.
+  struct Entry {
+    std::vector<std::int64_t> shape;
+    std::uint64_t seed;
+    at::Tensor values;
+  };
+  static std::mutex mutex;
+  static std::list<Entry> entries;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    if (it->seed == seed && it->shape == shape) {
+      entries.splice(entries.begin(), entries, it);
+      return entries.front().values;
+    }
+  }
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const at::Tensor values = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat));
-  return values.to(at::TensorOptions().device(at::kCUDA, 0).dtype(scalar_type_of(dtype)));
+  at::Tensor values = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat));
+  entries.push_front(Entry{shape, seed, values});
+  std::int64_t bytes = 0;
+  for (auto it = entries.begin(); it != entries.end();) {
+    bytes += bench_bytes(it->values);
+    // The newest entry stays even when it alone exceeds the cap (it is the caller's).
+    if (it != entries.begin() && bytes > kBenchDrawCacheBytes) {
+      it = entries.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return values;
+}
+
+at::Tensor bench_randn_cuda(const std::vector<std::int64_t>& shape, DType dtype, std::uint64_t seed) {
+  // to() onto another device always copies: the cached draw is never handed out to be changed.
+  return bench_randn_master(shape, seed).to(at::TensorOptions().device(at::kCUDA, 0).dtype(scalar_type_of(dtype)));
 }
 
 at::Tensor bench_to_cuda(const at::Tensor& master, DType dtype) {

@@ -228,6 +228,44 @@ TEST(BenchRecord, RecordIsRewrittenAtomicallyAndMarkedComplete) {
   std::remove(path.c_str());
 }
 
+// The record's text is assembled from each entry's text as serialized when it was added (not re-serialized
+// on every rewrite): it must stay exactly what serializing the whole record writes, at every stage of a run —
+// a key out of nlohmann's order, a missing comma between entries or a stale "complete" would pass a parse-only
+// check but break readers that compare records byte for byte (and the schema's order-free checks miss it).
+TEST(BenchRecord, TextIsTheWholeRecordSerializedAtEveryStage) {
+  RunRecord record(json{{"library_build_type", "release"}, {"zz_last", 1}}, json{{"run_id", "x"}, {"git_sha", "abc"}});
+  EXPECT_EQ(record.text(), record.to_json().dump());  // no benchmark, no correctness digest yet
+  record.add(sample_result());
+  EXPECT_EQ(record.text(), record.to_json().dump());  // one benchmark (7 entries)
+  BenchmarkResult failed = sample_result();
+  failed.error = "CUDA out of memory: \"quoted\" \xce\xbc";
+  failed.case_name = "second";
+  record.add(failed);
+  BenchmarkResult odd = sample_result();
+  odd.samples_ms = {1e-300, 0.1, 1.0 / 3.0, 12345.678901234567, 2.5e-7, 0.0, 3, 4, 5};
+  odd.case_name = "third";
+  record.add(odd);
+  record.set_correctness(json{{"summary", {{"passed", 3}, {"failed", 1}, {"skipped", 0}, {"errors", 0}}},
+                              {"tests", json::array({json{{"name", "a.b"}, {"max_abs_error", 1e-17}}})}});
+  EXPECT_EQ(record.text(), record.to_json().dump());
+  record.set_complete(true);
+  const std::string text = record.text();
+  EXPECT_EQ(text, record.to_json().dump());
+  const json parsed = json::parse(text);
+  EXPECT_EQ(parsed["benchmarks"].size(), 7u + 1u + 7u);
+  EXPECT_EQ(parsed["context"]["detops"]["complete"], true);
+  EXPECT_EQ(parsed["correctness"]["summary"]["failed"], 1);
+  // A digest that is not an object is the empty one, as before.
+  record.set_correctness(json::array());
+  EXPECT_EQ(record.text(), record.to_json().dump());
+  EXPECT_EQ(json::parse(record.text())["correctness"]["summary"]["passed"], 0);
+  // write() puts the same text (and a newline) on disk.
+  const std::string path = temp_path("record_text");
+  record.write(path);
+  EXPECT_EQ(read_file(path), record.text() + "\n");
+  std::remove(path.c_str());
+}
+
 TEST(BenchRecord, AtomicWriteReportsAMissingFolder) {
   try {
     write_file_atomically("/nonexistent-detops-dir/record.json", "{}");

@@ -1,5 +1,6 @@
 // What the issue asks of every registered op spec, checked against the registry itself.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -158,6 +159,38 @@ TEST(BenchInputs, ProposalRoisAreRpnLikeAndUnclipped) {
   EXPECT_EQ(bench_proposal_rois(0, 2, 1).size(0), 0);
   EXPECT_THROW(bench_proposal_rois(10, 0, 1), std::invalid_argument);
   EXPECT_THROW(bench_proposal_rois(-1, 2, 1), std::invalid_argument);
+}
+
+// bench_randn_master keeps draws between the benchmarks of a case: a kept draw must be the draw that key would
+// give afresh (not another shape's or seed's values, e.g. a cache keyed by element count or by seed alone), and
+// the cap must not drop the draw just made.
+TEST(BenchInputs, KeptDrawsAreTheDrawsTheirKeyGives) {
+  auto fresh = [](const std::vector<std::int64_t>& shape, std::uint64_t seed) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    return at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat));
+  };
+  const at::Tensor a = bench_randn_master({2, 3, 5}, 41);
+  EXPECT_EQ(a.scalar_type(), at::kFloat);
+  EXPECT_TRUE(a.equal(fresh({2, 3, 5}, 41)));
+  // Asked again (as the next dtype of the case is): the same values, from the kept draw.
+  const at::Tensor again = bench_randn_master({2, 3, 5}, 41);
+  EXPECT_TRUE(again.equal(a));
+  EXPECT_EQ(again.data_ptr(), a.data_ptr());
+  // Same element count, other shape: its own shape (the values of one seed agree element for element).
+  const at::Tensor other_shape = bench_randn_master({5, 3, 2}, 41);
+  EXPECT_EQ(other_shape.sizes(), (at::IntArrayRef{5, 3, 2}));
+  EXPECT_TRUE(other_shape.equal(fresh({5, 3, 2}, 41)));
+  // Same shape, other seed: other values.
+  const at::Tensor other_seed = bench_randn_master({2, 3, 5}, 42);
+  EXPECT_TRUE(other_seed.equal(fresh({2, 3, 5}, 42)));
+  EXPECT_FALSE(other_seed.equal(a));
+  // More than the cap in all: the oldest go, the newest stays and is right; a dropped key is drawn again, right.
+  const std::int64_t big = kBenchDrawCacheBytes / 4 / 3 + 1;  // fp32 elements: a third of the cap and a bit
+  std::vector<at::Tensor> bigs;
+  for (std::uint64_t seed = 100; seed < 103; ++seed) bigs.push_back(bench_randn_master({big}, seed));
+  EXPECT_TRUE(bench_randn_master({big}, 102).equal(fresh({big}, 102)));
+  EXPECT_TRUE(bench_randn_master({big}, 100).equal(fresh({big}, 100)));
+  EXPECT_TRUE(bench_randn_master({2, 3, 5}, 41).equal(fresh({2, 3, 5}, 41)));
 }
 
 }  // namespace

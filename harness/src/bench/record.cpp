@@ -127,29 +127,67 @@ json benchmark_entries(const BenchmarkResult& r) {
   return entries;
 }
 
-RunRecord::RunRecord(json gb_context, json detops_context)
-    : gb_context_(std::move(gb_context)), detops_context_(std::move(detops_context)) {}
+namespace {
 
-void RunRecord::add(const BenchmarkResult& r) {
-  for (auto& e : benchmark_entries(r)) entries_.push_back(std::move(e));
+// What a record holds as "correctness" before the suite's digest is set.
+json empty_correctness() {
+  return json{{"summary", {{"passed", 0}, {"failed", 0}, {"skipped", 0}, {"errors", 0}}}, {"tests", json::array()}};
 }
 
-json RunRecord::to_json() const {
+}  // namespace
+
+RunRecord::RunRecord(json gb_context, json detops_context)
+    : gb_context_(std::move(gb_context)), detops_context_(std::move(detops_context)) {
+  set_correctness(json());
+}
+
+void RunRecord::add(const BenchmarkResult& r) {
+  for (auto& e : benchmark_entries(r)) {
+    entry_texts_.push_back(e.dump());
+    entries_.push_back(std::move(e));
+  }
+}
+
+void RunRecord::set_correctness(json correctness) {
+  correctness_ = correctness.is_object() ? std::move(correctness) : empty_correctness();
+  correctness_text_ = correctness_.dump();
+}
+
+json RunRecord::context_json() const {
   json context = gb_context_.is_object() ? gb_context_ : json::object();
   context["detops_schema_version"] = kRecordSchemaVersion;
   json detops = detops_context_.is_object() ? detops_context_ : json::object();
   detops["complete"] = complete_;
   context["detops"] = detops;
-  json record = {{"context", context}, {"benchmarks", entries_}, {"peers", json::array()}};
-  record["correctness"] = correctness_.is_object()
-                              ? correctness_
-                              : json{{"summary", {{"passed", 0}, {"failed", 0}, {"skipped", 0}, {"errors", 0}}},
-                                     {"tests", json::array()}};
-  return record;
+  return context;
+}
+
+json RunRecord::to_json() const {
+  return {{"context", context_json()}, {"benchmarks", entries_}, {"peers", json::array()}, {"correctness", correctness_}};
+}
+
+std::string RunRecord::text() const {
+  // The members in nlohmann::json's (sorted) order, compact as dump() writes them.
+  const std::string context = context_json().dump();
+  std::size_t size = context.size() + correctness_text_.size() + 64;
+  for (const std::string& e : entry_texts_) size += e.size() + 1;
+  std::string out;
+  out.reserve(size);
+  out += "{\"benchmarks\":[";
+  for (std::size_t i = 0; i < entry_texts_.size(); ++i) {
+    if (i > 0) out += ',';
+    out += entry_texts_[i];
+  }
+  out += "],\"context\":";
+  out += context;
+  out += ",\"correctness\":";
+  out += correctness_text_;
+  out += ",\"peers\":[]}";
+  return out;
 }
 
 // Compact JSON: the raw samples dominate the size.
-void RunRecord::write(const std::string& path) const { write_file_atomically(path, to_json().dump() + "\n"); }
+void RunRecord::write(const std::string& path) const { write_file_atomically(path, text() + "\n"); }
 
 void write_file_atomically(const std::string& path, const std::string& contents) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());

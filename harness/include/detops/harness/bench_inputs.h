@@ -34,8 +34,16 @@ at::Tensor bench_proposal_rois(std::int64_t per_image, std::int64_t images, std:
 // by N(0, (0.1 * size)^2), kept at least 1 px wide and high (a regression head's outputs near its targets).
 std::pair<at::Tensor, at::Tensor> bench_box_pairs(std::int64_t n, std::uint64_t seed);
 
-// N(0, 1) values of `shape`, generated in fp32 on the CPU from `seed`, on CUDA in `dtype`.
+// N(0, 1) values of `shape`, generated in fp32 on the CPU from `seed`, on CUDA in `dtype` (a new tensor: the
+// caller may change it).
 at::Tensor bench_randn_cuda(const std::vector<std::int64_t>& shape, DType dtype, std::uint64_t seed);
+
+// The fp32 CPU draw behind bench_randn_cuda: at::randn(shape) from a CPU generator seeded with `seed`. Drawn
+// once per (shape, seed) and kept (the most recently used, up to kBenchDrawCacheBytes in all), because every
+// dtype of a case, and a case's warm twin, draw the same values again, and a [2, 256, 200, 336] map takes
+// ~0.3 s of host time to draw. The same values as a fresh draw; shared, so read-only for the caller.
+inline constexpr std::int64_t kBenchDrawCacheBytes = std::int64_t{1} << 30;
+at::Tensor bench_randn_master(const std::vector<std::int64_t>& shape, std::uint64_t seed);
 
 // `master` (fp64, CPU) on CUDA in `dtype`.
 at::Tensor bench_to_cuda(const at::Tensor& master, DType dtype);

@@ -45,16 +45,24 @@ class RunRecord {
  public:
   RunRecord(nlohmann::json gb_context, nlohmann::json detops_context);
   void add(const BenchmarkResult& r);
-  void set_correctness(nlohmann::json correctness) { correctness_ = std::move(correctness); }
+  void set_correctness(nlohmann::json correctness);
   void set_complete(bool complete) { complete_ = complete; }
   nlohmann::json to_json() const;
-  // Writes the whole record atomically (temporary file in the same folder, then rename).
+  // to_json().dump(), byte for byte, built from each entry's and the correctness section's text as
+  // serialized once when they were added: the record is rewritten after every benchmark, and
+  // re-serializing every earlier entry each time made the rewrites grow with the square of the entries
+  // (tens of MB of samples and correctness digest, ~0.3 s a rewrite half-way through a full run).
+  std::string text() const;
+  // Writes text() atomically (temporary file in the same folder, then rename).
   void write(const std::string& path) const;
 
  private:
+  nlohmann::json context_json() const;
   nlohmann::json gb_context_, detops_context_;
   nlohmann::json entries_ = nlohmann::json::array();
+  std::vector<std::string> entry_texts_;  // entries_[i].dump()
   nlohmann::json correctness_;
+  std::string correctness_text_;  // the "correctness" value's dump()
   bool complete_ = false;
 };
 
