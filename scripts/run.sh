@@ -129,14 +129,20 @@ if [ "$gpu" != no-gpu ] && peer_available; then
     [[ "$n" =~ ^[1-9][0-9]*$ ]] || detops_die "DETOPS_PEER_PROCESSES: '$n' (expected a positive number of processes)"
     for ((i = 0; i < n; i++)); do peer_gpus+=(""); done  # "": the job's own GPU
   fi
-  detops_log "peer suite: pytest suites/peer beside the correctness shards, ${#peer_gpus[@]} process(es)$([ "${gpu_count:-0}" -gt 1 ] && echo ', one per GPU') (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
+  # The split is by each test's time in the newest earlier run on this GPU model (its peer_times-*.json, which every
+  # process writes), else by a hash of the test id (suites/peer/pytest_split.py).
+  prev_run=$(ls -td "$DETOPS_ROOT"/results/runs/*_"$gpu"/ 2>/dev/null | grep -v "/$run_id/\$" \
+    | while read -r d; do ls "$d"peer_times-*.json >/dev/null 2>&1 && { echo "$d"; break; }; done || true)
+  peer_times=$([ -n "$prev_run" ] && ls "$prev_run"peer_times-*.json | paste -sd: - || true)
+  detops_log "peer suite: pytest suites/peer beside the correctness shards, ${#peer_gpus[@]} process(es)$([ "${gpu_count:-0}" -gt 1 ] && echo ', one per GPU'), split by $([ -n "$peer_times" ] && echo "the test times of ${prev_run#$DETOPS_ROOT/}" || echo 'a hash of the test id (no earlier test times)') (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
   (
     set +e
     pids=()
     for i in "${!peer_gpus[@]}"; do
       log="$out/peer_pytest.log"; [ "$i" -gt 0 ] && log="$out/peer_pytest-$i.log"
       env "${peer_env[@]}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" ${peer_gpus[$i]:+CUDA_VISIBLE_DEVICES="${peer_gpus[$i]}"} \
-        DETOPS_PYTEST_SHARD="$i/${#peer_gpus[@]}" "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "${peer_k[@]}" \
+        DETOPS_PYTEST_SHARD="$i/${#peer_gpus[@]}" DETOPS_PYTEST_TIMES="$peer_times" \
+        DETOPS_PYTEST_TIMES_OUT="$out/peer_times-$i.json" "$DETOPS_PYTHON" -m pytest -q -rs -p no:cacheprovider "${peer_k[@]}" \
         "$DETOPS_ROOT/suites/peer" >"$log" 2>&1 &
       pids+=($!)
     done

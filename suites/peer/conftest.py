@@ -32,27 +32,54 @@ def pytest_sessionfinish(session, exitstatus):
             session.exitstatus = 77
 
 
-def pytest_collection_modifyitems(config, items):
-    """DETOPS_PYTEST_SHARD=I/N (scripts/run.sh on a machine with several GPUs, one process per GPU): this process
-    keeps the tests whose id hashes (CRC-32) to I modulo N and deselects the rest, so the N processes together run
-    each test once. A hash rather than every N-th test: the parametrizations alternate CPU and CUDA, and dealing
-    every 2nd test gave one process all the (slow) CPU cases (141 s against 86 s on two H200s)."""
+def pytest_configure(config):
+    """DETOPS_PYTEST_TIMES_OUT=FILE: each test's time written there at the end, for the next run's split
+    (pytest_split.py)."""
     import os
-    import zlib
+
+    out = os.environ.get("DETOPS_PYTEST_TIMES_OUT")
+    if out:
+        from peer.pytest_split import TimesRecorder
+
+        config.pluginmanager.register(TimesRecorder(out), "detops_pytest_times")
+
+
+def pytest_collection_modifyitems(config, items):
+    """DETOPS_PYTEST_SHARD=I/N (scripts/run.sh: several pytest processes, one per GPU or DETOPS_PEER_PROCESSES on
+    one): this process keeps its part of the tests and deselects the rest, so the N processes together run each test
+    once. The parts are of near-equal expected time by an earlier run's test times (DETOPS_PYTEST_TIMES), else by a
+    hash of the test id (pytest_split.py). Not every N-th test: the parametrizations alternate CPU and CUDA, and
+    dealing every 2nd test gave one process all the (slow) CPU cases (141 s against 86 s on two H200s)."""
+    import os
 
     spec = os.environ.get("DETOPS_PYTEST_SHARD")
     if not spec:
         return
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
     from shard_suite import parse_shard
+    from peer.pytest_split import recorded_times, split
 
     try:
         index, n = parse_shard(spec)
     except ValueError as e:
         raise pytest.UsageError(f"DETOPS_PYTEST_SHARD={e}") from None
-    mine = [zlib.crc32(item.nodeid.encode()) % n == index for item in items]
-    keep = [item for item, m in zip(items, mine) if m]
-    drop = [item for item, m in zip(items, mine) if not m]
+    times, bad = recorded_times(os.environ.get("DETOPS_PYTEST_TIMES"))
+    for b in bad:
+        print(f"\npytest_split: DETOPS_PYTEST_TIMES: left out {b}", file=sys.stderr)
+    kept, how = split([item.nodeid for item in items], index, n, times)
+    kept = set(kept)
+    keep = [item for item in items if item.nodeid in kept]
+    drop = [item for item in items if item.nodeid not in kept]
+    config.stash[_SPLIT_KEY] = f"part {index}/{n} of {len(items)} tests, split by {how}: {len(keep)} kept"
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep
+
+
+_SPLIT_KEY = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    line = config.stash.get(_SPLIT_KEY, None)
+    if line:
+        terminalreporter.write_line(f"DETOPS_PYTEST_SHARD: {line}")

@@ -541,3 +541,100 @@ def test_pytest_shards_split_the_peer_suite(tmp_path):
     assert len(whole) > 4 and sorted(a + b) == sorted(whole) and not set(a) & set(b)
     _, r = collected("2/2")
     assert r.returncode != 0 and "DETOPS_PYTEST_SHARD='2/2'" in (r.stdout + r.stderr)
+
+
+def _collect_split(tmp_path, shard, times_spec=None):
+    """The ids `pytest --collect-only` keeps from test_dropin_package.py under DETOPS_PYTEST_SHARD=shard."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DETOPS_PYTEST_SHARD", "DETOPS_PYTEST_TIMES",
+                                                             "DETOPS_PYTEST_TIMES_OUT")}
+    if shard:
+        env["DETOPS_PYTEST_SHARD"] = shard
+    if times_spec is not None:
+        env["DETOPS_PYTEST_TIMES"] = times_spec
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                        str(ROOT / "suites" / "peer" / "test_dropin_package.py")],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    return [line for line in r.stdout.splitlines() if "::" in line], r
+
+
+def test_pytest_shards_split_by_earlier_test_times(tmp_path):
+    """With an earlier run's test times (DETOPS_PYTEST_TIMES, pytest_split.py) the processes' parts are still
+    disjoint and together the whole suite, and now of near-equal time: one test recorded as far longer than the rest
+    puts its process's load within that test's time of the other's (a split that ignored the times, or read them
+    in one process and not the other, would not be)."""
+    whole, _ = _collect_split(tmp_path, None)
+    assert len(whole) > 6
+    heavy = whole[len(whole) // 2]
+    times = {i: 1.0 for i in whole}
+    times[heavy] = float(len(whole))  # as long as all the others together, and more
+    a_file, b_file = tmp_path / "peer_times-0.json", tmp_path / "peer_times-1.json"
+    ids = sorted(times)
+    a_file.write_text(json.dumps({i: times[i] for i in ids[::2]}))  # each process wrote its own tests' times
+    b_file.write_text(json.dumps({i: times[i] for i in ids[1::2]}))
+    spec = f"{a_file}{__import__('os').pathsep}{b_file}"
+    a, _ = _collect_split(tmp_path, "0/2", spec)
+    b, _ = _collect_split(tmp_path, "1/2", spec)
+    assert sorted(a + b) == sorted(whole) and not set(a) & set(b)
+    with_heavy, other = (a, b) if heavy in a else (b, a)
+    assert with_heavy == [heavy], "the long test's process gets nothing else: the others add up to less"
+    assert len(other) == len(whole) - 1
+    # A missing file and a damaged one: left out with a warning, the split by the rest (here: nothing -> hash).
+    (tmp_path / "bad.json").write_text("{not json")
+    h0, r0 = _collect_split(tmp_path, "0/2", f"{tmp_path / 'absent.json'}:{tmp_path / 'bad.json'}")
+    h1, _ = _collect_split(tmp_path, "1/2", f"{tmp_path / 'absent.json'}:{tmp_path / 'bad.json'}")
+    assert sorted(h0 + h1) == sorted(whole) and not set(h0) & set(h1)
+    assert "absent.json" in r0.stderr and "bad.json" in r0.stderr
+
+
+def test_pytest_split_functions():
+    """pytest_split.split and recorded_times directly: the time split is longest-first greedy (its loads differ by at
+    most the longest test), unknown tests count as the median, ids with no times at all fall back to the hash, and
+    only non-negative numbers are read as times."""
+    from peer import pytest_split
+
+    ids = [f"t.py::test_{k}" for k in range(40)]
+    times = {i: float(1 + (k * 7) % 13) for k, i in enumerate(ids[:30])}  # the last 10 unrecorded
+    parts = [pytest_split.split(ids, i, 3, times) for i in range(3)]
+    assert all(how == "times" for _, how in parts)
+    kept = [p for p, _ in parts]
+    assert sorted(sum(kept, [])) == sorted(ids) and sum(len(p) for p in kept) == len(ids)
+    median = sorted(times.values())[len(times) // 2]
+    loads = [sum(times.get(i, median) for i in p) for p in kept]
+    assert max(loads) - min(loads) <= max(times.values())
+    for p in kept:  # each part keeps the collection order
+        assert p == [i for i in ids if i in set(p)]
+    other = pytest_split.split(ids, 0, 3, {"elsewhere.py::x": 5.0})
+    assert other[1] == "hash"
+    hashed = [pytest_split.split(ids, i, 3, {})[0] for i in range(3)]
+    assert sorted(sum(hashed, [])) == sorted(ids)
+
+
+def test_pytest_split_reads_and_writes_times(tmp_path):
+    from peer import pytest_split
+
+    good = tmp_path / "a.json"
+    good.write_text(json.dumps({"x::a": 1.5, "x::b": 0, "x::neg": -1, "x::str": "2", "x::bool": True}))
+    listed = tmp_path / "b.json"
+    listed.write_text("[1, 2]")
+    times, bad = pytest_split.recorded_times(f"{good}:{listed}:{tmp_path / 'none.json'}")
+    assert times == {"x::a": 1.5, "x::b": 0.0}
+    assert len(bad) == 2 and "b.json" in bad[0] and "none.json" in bad[1]
+    assert pytest_split.recorded_times("") == ({}, [])
+
+    class Report:
+        def __init__(self, nodeid, duration):
+            self.nodeid, self.duration = nodeid, duration
+
+    out = tmp_path / "times.json"
+    rec = pytest_split.TimesRecorder(str(out))
+    for phase in (0.25, 1.0, 0.5):  # setup, call, teardown
+        rec.pytest_runtest_logreport(Report("x::a", phase))
+    rec.pytest_runtest_logreport(Report("x::b", 0.125))
+    rec.pytest_sessionfinish(None, 0)
+    assert json.loads(out.read_text()) == {"x::a": 1.75, "x::b": 0.125}
+    assert not list(tmp_path.glob("times.json.tmp.*"))
+    # A folder that does not exist: a warning, no exception (the times only balance the next run).
+    pytest_split.TimesRecorder(str(tmp_path / "no" / "t.json")).pytest_sessionfinish(None, 0)
