@@ -50,6 +50,7 @@ struct Flags {
   std::int64_t max_samples = 3000;
   int max_batch = 64;
   double min_batched_kernel_us = 50;
+  bool synchronized_short_batches = false;
   double calibration_work = 1.0;
   bool metrics = false;
   std::string filter;  // Google Benchmark's --benchmark_filter, applied here to our names
@@ -96,6 +97,10 @@ Flags parse_flags(int& argc, char** argv) {
       f.warm = true;
     } else if (a == "--detops_metrics" || a == "--detops_metrics=true") {
       f.metrics = true;
+    } else if (a == "--detops_synchronized_short_batches" || a == "--detops_synchronized_short_batches=true") {
+      f.synchronized_short_batches = true;
+    } else if (a == "--detops_synchronized_short_batches=false") {
+      f.synchronized_short_batches = false;
     } else if (auto v3 = value_of("detops_min_time_s")) {
       f.min_time_s = parse_number("--detops_min_time_s", *v3);
       if (!(f.min_time_s >= 0)) throw std::invalid_argument("--detops_min_time_s must be >= 0; got " + *v3);
@@ -124,7 +129,7 @@ Flags parse_flags(int& argc, char** argv) {
       throw std::invalid_argument("unknown flag " + a +
                                   " (known: --detops_record, --detops_correctness_json, --detops_warm, "
                                   "--detops_min_time_s, --detops_repetitions, --detops_timeout_s, --detops_max_samples, --detops_max_batch, "
-                                  "--detops_min_batched_kernel_us, "
+                                  "--detops_min_batched_kernel_us, --detops_synchronized_short_batches, "
                                   "--detops_calibration_work, --detops_metrics)");
     } else {
       argv[out++] = argv[i];
@@ -198,6 +203,7 @@ class Runner {
     settings_.repetitions = flags_.repetitions;
     settings_.max_batch = flags_.max_batch;
     settings_.min_batched_kernel_s = flags_.min_batched_kernel_us * 1e-6;
+    settings_.synchronized_short_batches = flags_.synchronized_short_batches;
     if (flags_.metrics) {
       hw_ = std::make_unique<HwMetricsProfiler>(0);
       if (!hw_->available()) log << "detops_bench: hardware metrics skipped: " << hw_->reason() << "\n";
@@ -239,6 +245,13 @@ class Runner {
                    {"calibration_work", flags_.calibration_work},
                    {"hardware_metrics_requested", flags_.metrics}};
     if (!copy_bandwidth_note_.empty()) in.settings["device_copy_bandwidth_error"] = copy_bandwidth_note_;
+    // Recorded only when on, so records of the default measurement keep the settings of earlier ones (compare.py
+    // warns on every setting that differs).
+    if (settings_.synchronized_short_batches) {
+      in.settings["synchronized_short_batches"] =
+          "on: calls under min_batched_kernel_s sampled in batches of up to max_batch, the device synchronized after "
+          "every sample and CUPTI flushed and the clock read once per batch (docs/benchmarks.md)";
+    }
     if (hw_) in.settings["hardware_metrics_profiler"] = hw_->description();
     return run_provenance(in, *nvml_);
   }
@@ -300,6 +313,7 @@ class Runner {
       r.extra["window_attributed_samples"] = m.window_attributed_samples;
       r.extra["batches"] = m.batches;
       r.extra["largest_batch"] = m.largest_batch;
+      if (settings_.synchronized_short_batches) r.extra["synchronized_batches"] = m.synchronized_batches;
       r.extra["unused_after_stop"] = m.unused_after_stop;
       if (hw_) r.hardware_metrics = metrics_pass(call, touch, r);
     } catch (const std::exception& e) {

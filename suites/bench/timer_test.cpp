@@ -71,18 +71,21 @@ class BatchedTimer : public ::testing::Test {
   std::function<void()> call_, prepare_;
 };
 
-TEST_F(BatchedTimer, EachSampleOfABatchHoldsItsOwnCallsKernels) {
-  ASSERT_TRUE(timer_->batches());
+// Lone samples, then the same calls in two batches of 16 (queued, or synchronized after each sample): each sample
+// of a batch must hold its own call's kernels and time them as the lone samples do.
+void expect_batches_attribute_each_sample(GpuTimer& timer, cudaStream_t stream, const std::function<void()>& call,
+                                          const std::function<void()>& prepare, int& calls, bool synchronize_each) {
+  ASSERT_TRUE(timer.batches());
   for (int i = 0; i < 3; ++i) {  // warm-up: module loading, first launches
-    prepare_();
-    call_();
+    prepare();
+    call();
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  calls_ = 0;
+  calls = 0;
   // Lone samples first (the reference), then the same calls in two batches of 16.
   std::vector<double> lone_long, lone_short;
   for (int i = 0; i < 8; ++i) {
-    const std::vector<KernelSample> one = timer_->time_calls(call_, prepare_, stream_, 1, false);
+    const std::vector<KernelSample> one = timer.time_calls(call, prepare, stream, 1, false);
     ASSERT_EQ(one.size(), 1u);
     ASSERT_TRUE(one[0].valid) << one[0].invalid_reason;
     ASSERT_EQ(one[0].kernels, i % 2 == 0 ? 1 : 2);
@@ -90,7 +93,7 @@ TEST_F(BatchedTimer, EachSampleOfABatchHoldsItsOwnCallsKernels) {
   }
   std::vector<double> batched_long, batched_short;
   for (int b = 0; b < 2; ++b) {
-    const std::vector<KernelSample> batch = timer_->time_calls(call_, prepare_, stream_, 16, b == 0);
+    const std::vector<KernelSample> batch = timer.time_calls(call, prepare, stream, 16, b == 0, synchronize_each);
     ASSERT_EQ(batch.size(), 16u);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const KernelSample& s = batch[i];
@@ -115,6 +118,15 @@ TEST_F(BatchedTimer, EachSampleOfABatchHoldsItsOwnCallsKernels) {
   EXPECT_NEAR(batch_s, lone_s, 0.25 * lone_s);
   for (double v : batched_long) EXPECT_GT(v, 2.5 * batch_s);
   for (double v : batched_short) EXPECT_LT(v, batch_l / 2.5);
+}
+
+TEST_F(BatchedTimer, EachSampleOfABatchHoldsItsOwnCallsKernels) {
+  expect_batches_attribute_each_sample(*timer_, stream_, call_, prepare_, calls_, false);
+}
+
+// --detops_synchronized_short_batches: the same attribution with the device synchronized after every sample.
+TEST_F(BatchedTimer, EachSampleOfASynchronizedBatchHoldsItsOwnCallsKernels) {
+  expect_batches_attribute_each_sample(*timer_, stream_, call_, prepare_, calls_, true);
 }
 
 TEST_F(BatchedTimer, TheLoopStopsAtTheSampleTheRuleNames) {

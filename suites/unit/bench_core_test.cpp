@@ -305,6 +305,27 @@ TEST(BenchBatches, NextBatchSizeFillsTheGpuTimeWithinItsBounds) {
   EXPECT_EQ(next_batch_size(8, 0.005, 50e-6, 60e-6, 0), 8);
 }
 
+// Synchronized batches (--detops_synchronized_short_batches) are for exactly the calls next_batch_size takes alone:
+// off by default, only below the floor, never before a valid sample or under window attribution, capped by max_batch
+// and the samples left. A rule that also caught calls at the floor would change how the longer calls (queued
+// batches, compared with the baseline) are measured.
+TEST(BenchBatches, SynchronizedBatchesOnlyForShortCallsAndOnlyWhenOn) {
+  EXPECT_EQ(next_synchronized_batch_size(false, 64, 50e-6, 10e-6, 0), 0);  // off (the default): alone
+  EXPECT_EQ(next_synchronized_batch_size(true, 64, 50e-6, 10e-6, 0), 64);
+  EXPECT_EQ(next_synchronized_batch_size(true, 64, 50e-6, 49.9e-6, 0), 64);
+  EXPECT_EQ(next_synchronized_batch_size(true, 64, 50e-6, 50e-6, 0), 0);  // at the floor: next_batch_size's
+  EXPECT_EQ(next_synchronized_batch_size(true, 64, 50e-6, 3e-3, 0), 0);
+  EXPECT_EQ(next_synchronized_batch_size(true, 64, 50e-6, -1.0, 0), 0);   // no valid sample / window attribution
+  EXPECT_EQ(next_synchronized_batch_size(true, 64, 50e-6, std::nan(""), 0), 0);
+  EXPECT_EQ(next_synchronized_batch_size(true, 64, 50e-6, 0.0, 0), 64);   // a zero-time sample is short
+  EXPECT_EQ(next_synchronized_batch_size(true, 64, 50e-6, 10e-6, 7), 7);  // the samples max_samples still allows
+  EXPECT_EQ(next_synchronized_batch_size(true, 64, 50e-6, 10e-6, 200), 64);
+  EXPECT_EQ(next_synchronized_batch_size(true, 1, 50e-6, 10e-6, 0), 1);   // --detops_max_batch=1: one at a time
+  EXPECT_EQ(next_synchronized_batch_size(true, 64, 0, 10e-6, 0), 0);      // no floor: nothing is short
+  // Where it applies, next_batch_size would have taken the sample alone; where it does not, next_batch_size decides.
+  for (double t : {0.0, 10e-6, 49.9e-6}) EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, t, 0), 1) << t;
+}
+
 TEST(BenchBatches, ShortKernelsAndUnbatchableSamplesAreTakenAlone) {
   EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, 49.9e-6, 0), 1);  // below the floor: alone
   EXPECT_EQ(next_batch_size(64, 0.005, 50e-6, 50e-6, 0), 64);   // at it: batched

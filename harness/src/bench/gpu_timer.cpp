@@ -145,7 +145,8 @@ class CuptiTimer final : public GpuTimer {
   bool batches() const override { return batching_; }
 
   std::vector<KernelSample> time_calls(const std::function<void()>& call, const std::function<void()>& prepare,
-                                       cudaStream_t stream, int count, bool want_names_first) override {
+                                       cudaStream_t stream, int count, bool want_names_first,
+                                       bool synchronize_each) override {
     if (count <= 1 || !batching_) return GpuTimer::time_calls(call, prepare, stream, count, want_names_first);
     if (flush_before_) check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     clear();
@@ -155,9 +156,12 @@ class CuptiTimer final : public GpuTimer {
     // Queued without a synchronization in between: prepare i (its flush or touch has no external id, so none
     // of its kernels is attributed), then call i under id first_id + i. The GPU runs them in this order on the
     // stream, as it did with one sample per synchronization.
+    // synchronize_each: the device synchronized after each call, as time_call does, so the next sample's prepare
+    // and call start on an idle device.
     for (int i = 0; i < count; ++i) {
       if (prepare) prepare();
       call_under_id(call, ++next_id_);
+      if (synchronize_each) DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
     }
     DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
     check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
@@ -311,7 +315,7 @@ class CuptiTimer final : public GpuTimer {
 }  // namespace
 
 std::vector<KernelSample> GpuTimer::time_calls(const std::function<void()>& call, const std::function<void()>& prepare,
-                                               cudaStream_t stream, int count, bool want_names_first) {
+                                               cudaStream_t stream, int count, bool want_names_first, bool) {
   std::vector<KernelSample> out;
   out.reserve(static_cast<std::size_t>(std::max(count, 1)));
   for (int i = 0; i < std::max(count, 1); ++i) {

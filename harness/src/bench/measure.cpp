@@ -68,10 +68,13 @@ Measurement measure_call(const std::function<void()>& call, cudaStream_t stream,
   std::int64_t invalid_in_a_row = 0;
   std::string last_invalid;
   int batch = 1;  // the first sample alone: its kernel time sizes the batches, its names are kept
+  bool synchronize_each = false;
   for (;;) {
-    const std::vector<KernelSample> samples = timer.time_calls(call, before, stream, batch, m.samples_ms.empty());
+    const std::vector<KernelSample> samples =
+        timer.time_calls(call, before, stream, batch, m.samples_ms.empty(), synchronize_each);
     const int clock = nvml.sm_clock_mhz();  // after the batch's synchronization
     ++m.batches;
+    if (synchronize_each && batch > 1) ++m.synchronized_batches;
     m.largest_batch = std::max(m.largest_batch, static_cast<int>(samples.size()));
     const KernelSample* last_valid = nullptr;
     std::optional<StopReason> reason;
@@ -116,9 +119,15 @@ Measurement measure_call(const std::function<void()>& call, cudaStream_t stream,
     // The next batch (next_batch_size, stopping.h): one sample when the timer cannot batch, the last sample
     // needed window attribution (which a batch cannot do) or its kernels were too short to batch.
     const bool can_batch = timer.batches() && last_valid != nullptr && !last_valid->window_attribution;
-    batch = next_batch_size(settings.max_batch, settings.batch_gpu_s, settings.min_batched_kernel_s,
-                            can_batch ? last_valid->sum_ms * 1e-3 : -1.0,
-                            settings.stopping.max_samples - static_cast<std::int64_t>(m.samples_ms.size()));
+    const double last_kernel_s = can_batch ? last_valid->sum_ms * 1e-3 : -1.0;
+    const std::int64_t samples_left = settings.stopping.max_samples - static_cast<std::int64_t>(m.samples_ms.size());
+    // Short calls: synchronized batches when enabled (else alone); longer ones: queued batches.
+    const int synchronized = next_synchronized_batch_size(settings.synchronized_short_batches, settings.max_batch,
+                                                          settings.min_batched_kernel_s, last_kernel_s, samples_left);
+    synchronize_each = synchronized > 0;
+    batch = synchronize_each ? synchronized
+                             : next_batch_size(settings.max_batch, settings.batch_gpu_s, settings.min_batched_kernel_s,
+                                               last_kernel_s, samples_left);
   }
   m.wall_time_s = seconds_since(t0);
   m.gpu_time_s = rule.total_s();

@@ -62,6 +62,14 @@ int next_batch_size(int max_batch, double batch_gpu_s, double min_batched_kernel
   return batch;
 }
 
+int next_synchronized_batch_size(bool enabled, int max_batch, double min_batched_kernel_s, double last_kernel_s,
+                                 std::int64_t samples_left) {
+  if (!enabled || !(last_kernel_s >= 0) || !(last_kernel_s < min_batched_kernel_s)) return 0;
+  int batch = std::max(max_batch, 1);
+  if (samples_left >= 1 && samples_left < batch) batch = static_cast<int>(samples_left);
+  return batch;
+}
+
 bool is_throttled(double sm_clock_mhz, double default_sm_clock_mhz, double fraction) {
   if (!(sm_clock_mhz > 0) || !(default_sm_clock_mhz > 0)) return false;
   return sm_clock_mhz < fraction * default_sm_clock_mhz;

@@ -35,10 +35,13 @@ class GpuTimer {
   // case's touch), then `call`. Sample i holds the kernels call i launched, exactly as time_call would
   // attribute them; a batching timer synchronizes and flushes its records once for the whole batch
   // instead of once per sample, which is where a sample's host time goes. Names are taken for the first
-  // sample when want_names_first. The default (and any timer that cannot batch) runs prepare and
-  // time_call once per sample.
+  // sample when want_names_first. synchronize_each: the device is synchronized after every call, so each
+  // sample's prepare and call start on an idle device as a sample taken alone does, and only the records'
+  // flush is shared (stopping.h, next_synchronized_batch_size). The default (and any timer that cannot batch)
+  // runs prepare and time_call once per sample.
   virtual std::vector<KernelSample> time_calls(const std::function<void()>& call, const std::function<void()>& prepare,
-                                               cudaStream_t stream, int count, bool want_names_first);
+                                               cudaStream_t stream, int count, bool want_names_first,
+                                               bool synchronize_each = false);
 
   // Whether time_calls with count > 1 saves anything (and still attributes each sample by itself): true for
   // CUPTI while its external-correlation records arrive; false for CUDA events.

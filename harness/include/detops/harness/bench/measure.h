@@ -29,6 +29,9 @@ struct MeasureSettings {
   int max_batch = 64;
   double batch_gpu_s = 0.005;
   double min_batched_kernel_s = 50e-6;
+  // Samples of calls under min_batched_kernel_s in batches of up to max_batch, synchronized after each sample
+  // (next_synchronized_batch_size, stopping.h); off: those samples are taken alone.
+  bool synchronized_short_batches = false;
 };
 
 struct Measurement {
@@ -40,7 +43,8 @@ struct Measurement {
   bool kernels_per_call_varied = false;
   std::int64_t discarded_throttled = 0, discarded_dropped_records = 0, discarded_other = 0;
   std::int64_t window_attributed_samples = 0;
-  std::int64_t batches = 0;           // synchronizations (a sample taken alone is a batch of one)
+  std::int64_t batches = 0;           // CUPTI flushes (a sample taken alone is a batch of one)
+  std::int64_t synchronized_batches = 0;  // of them, batches synchronized after every sample
   int largest_batch = 0;
   std::int64_t unused_after_stop = 0;  // samples of the last batch after the one that made the rule stop
 };

@@ -54,6 +54,16 @@ class StoppingRule {
 int next_batch_size(int max_batch, double batch_gpu_s, double min_batched_kernel_s, double last_kernel_s,
                     std::int64_t samples_left);
 
+// Calls shorter than min_batched_kernel_s when synchronized batches are on (--detops_synchronized_short_batches,
+// off by default): up to max_batch samples (at most samples_left, when > 0) per CUPTI flush and clock read, each
+// launched only once the one before it has completed, so the GPU runs every sample after an idle device as it does
+// a sample taken alone, and only the host's bookkeeping (the CUPTI flush, the clock read: most of the ~0.9 ms a
+// sample alone costs) is shared. 0 where this does not apply: off, no valid sample yet (last_kernel_s < 0), or a
+// call of min_batched_kernel_s or more (next_batch_size's batches). Not yet compared with samples taken alone on a
+// GPU (docs/benchmarks.md, "Batches"): hence off by default.
+int next_synchronized_batch_size(bool enabled, int max_batch, double min_batched_kernel_s, double last_kernel_s,
+                                 std::int64_t samples_left);
+
 // nvbench's throttle rule: a sample taken at an SM clock below fraction * default clock is discarded.
 // Unknown clocks (<= 0) never discard.
 bool is_throttled(double sm_clock_mhz, double default_sm_clock_mhz, double fraction);
