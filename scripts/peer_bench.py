@@ -42,6 +42,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "suites"))
 
 TIMER = "torch.profiler (Kineto/CUPTI)"
+# Where the step's wall time goes (said at the end of a run): the cases' base inputs, each entry's casts, truths
+# and errors, and the timing of its sides (choose_samples + the profiled samples).
+PHASE_S = {"base inputs": 0.0, "casts, truths and errors": 0.0, "timing": 0.0}
 RANGE = "detops_peer_sample"
 
 # Peak DRAM bandwidth (bytes/s) by GPU name, where the device properties give no memory clock or bus width: the
@@ -298,7 +301,9 @@ def main(argv=None):
         print(f"peer_bench: shard {shard[0]}/{shard[1]}: {len(plan)} (op, case) pairs", file=sys.stderr)
     total = sum(len(pairs.ALL_DTYPES) * (2 if pair.grad_keys else 1) for pair, _ in plan)
     for pair, case in plan:
+        t_base = time.perf_counter()
         base = pair.make(case.params, case.seed)
+        PHASE_S["base inputs"] += time.perf_counter() - t_base
         for dtype in pairs.ALL_DTYPES:
             directions = ["fwd"] + (["bwd"] if pair.grad_keys else [])
             for direction in directions:
@@ -313,6 +318,9 @@ def main(argv=None):
                       f"{time_left(time.time() - t_start, len(entries), total)}", file=sys.stderr, flush=True)
         del base
         torch.cuda.empty_cache()
+    wall = time.time() - t_start
+    print("peer_bench: where the time went: " + ", ".join(f"{k} {v:.1f} s" for k, v in PHASE_S.items()) +
+          f", the rest {max(wall - sum(PHASE_S.values()), 0.0):.1f} s, of {wall:.1f} s", file=sys.stderr, flush=True)
     print(markdown_table(entries))
     footer = (f"timer: {TIMER} (samples attributed from "
               f"{ATTRIBUTION['method']}{'; ' + ATTRIBUTION['note'] if ATTRIBUTION['note'] else ''}), cold L2 "
@@ -438,6 +446,7 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
              "l2": l2, "l2_note": l2_note(pair, l2, direction)}
     if pair.floor:
         entry["floor"] = {"name": pair.floor_name, "ms": None, "samples": 0, "detops_over_floor": None}
+    t_entry = time.perf_counter()
     try:
         if l2 not in ("cold", "warm"):
             raise ValueError(f"case {case.name}: l2 must be 'cold' or 'warm', not {l2!r}")
@@ -506,6 +515,8 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
                 touches = {side: touch_fn(torch, go) for side, go in grad_outputs.items()}
         if pair.dram_reads:
             entry["dram"] = dram_floor(torch, pair, inp, ours, direction, peak)
+        t_timing = time.perf_counter()
+        PHASE_S["casts, truths and errors"] += t_timing - t_entry
         for side, fn in fns.items():
             n = choose_samples(torch, fn, args.samples, args.budget_s, device)
             med, _ = timer(torch, fn, n, args.warmup, flush, touch=touches.get(side))
@@ -514,6 +525,7 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
             else:
                 entry[f"{side}_ms"] = med
                 entry["samples"][side] = n
+        PHASE_S["timing"] += time.perf_counter() - t_timing
         if entry["torchvision_ms"] is not None and entry["detops_ms"]:
             entry["speedup"] = entry["torchvision_ms"] / entry["detops_ms"]
         if pair.floor and entry["floor"]["ms"] and entry["detops_ms"]:

@@ -257,6 +257,7 @@ class Runner {
   }
 
   BenchmarkResult run(const Job& job) {
+    const auto started = std::chrono::steady_clock::now();
     BenchmarkResult r;
     r.direction = job.backward ? "bwd" : "fwd";
     r.timer = timer_->name();
@@ -287,7 +288,10 @@ class Runner {
         r.shape = job.bench_case->shape;
         r.extra = {{"bytes_note", job.bench_case->bytes_note}};
         r.extra.update(l2_extra(job));
+        const auto build_start = std::chrono::steady_clock::now();
         const BenchInstance& inst = instance(job);
+        // Building the inputs (once per op, case and dtype: 0 for the bwd benchmark that reuses them).
+        r.extra["inputs_build_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
         call = job.backward ? inst.backward : inst.forward;
         r.bytes_moved = job.backward ? inst.bytes_backward : inst.bytes_forward;
         if (!call) throw std::runtime_error("the benchmark case declares no " + r.direction + " call");
@@ -315,12 +319,16 @@ class Runner {
       r.extra["largest_batch"] = m.largest_batch;
       if (settings_.synchronized_short_batches) r.extra["synchronized_batches"] = m.synchronized_batches;
       r.extra["unused_after_stop"] = m.unused_after_stop;
+      r.extra["warmup_s"] = m.warmup_s;
       if (hw_) r.hardware_metrics = metrics_pass(call, touch, r);
     } catch (const std::exception& e) {
       r.error = e.what();
       cudaGetLastError();
     }
     if (job.op == nullptr) calibration_.reset();
+    // Everything this benchmark took (inputs, warm-up, sampling loop, metrics pass), without the record's rewrite
+    // after it: where a benchmark step's wall time goes, next to wall_time_s (the sampling loop alone).
+    r.extra["benchmark_wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return r;
   }
 
@@ -428,6 +436,12 @@ class RecordReporter : public benchmark::ConsoleReporter {
   void Finalize() override {
     if (record_) record_->set_complete(true);
     write();
+    if (writes_ > 0) {
+      std::ostringstream line;
+      line << "detops_bench: the record written " << writes_ << " times in " << std::fixed << std::setprecision(1)
+           << write_s_ << " s\n";
+      std::cerr << line.str();
+    }
     ConsoleReporter::Finalize();
   }
 
@@ -436,8 +450,11 @@ class RecordReporter : public benchmark::ConsoleReporter {
  private:
   void write() {
     if (path_.empty() || !record_) return;
+    const auto start = std::chrono::steady_clock::now();
     try {
+      ++writes_;
       record_->write(path_);
+      write_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } catch (const std::exception& e) {
       write_failed_ = true;
       std::cerr << "detops_bench: " << e.what() << "\n";
@@ -449,6 +466,8 @@ class RecordReporter : public benchmark::ConsoleReporter {
   std::vector<BenchmarkResult>* pending_;
   std::unique_ptr<RunRecord> record_;
   bool write_failed_ = false;
+  int writes_ = 0;
+  double write_s_ = 0;  // the rewrites' wall time, said at the end
 };
 
 // "12m05s" / "48s".

@@ -57,11 +57,13 @@ Measurement measure_call(const std::function<void()>& call, cudaStream_t stream,
                          L2Flusher& flusher, const std::function<void()>& touch) {
   const std::function<void()> before = sample_preparation(settings, flusher, touch, stream);
   Measurement m;
+  const auto warmup_start = std::chrono::steady_clock::now();
   for (int i = 0; i < settings.warmup_calls; ++i) {
     if (before) before();
     call();
     DETOPS_CUDA_CHECK(cudaDeviceSynchronize());
   }
+  m.warmup_s = seconds_since(warmup_start);
 
   StoppingRule rule(settings.stopping);
   const auto t0 = std::chrono::steady_clock::now();

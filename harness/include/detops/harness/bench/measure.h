@@ -38,6 +38,7 @@ struct Measurement {
   std::vector<double> samples_ms, span_samples_ms, sm_clocks_mhz;
   std::string stop_reason;
   double gpu_time_s = 0, wall_time_s = 0;
+  double warmup_s = 0;  // wall time of the warm-up calls, before the sampling loop (wall_time_s)
   int kernels_per_call = -1;
   std::vector<std::string> kernel_names;  // of the first valid sample
   bool kernels_per_call_varied = false;
