@@ -166,10 +166,9 @@ DETOPS_SERIAL_TESTS='*.large_index_*:*.large_output_*'
 
 # Processes for the correctness suite (scripts/shard_suite.py): DETOPS_SUITE_SHARDS, else one per CPU this
 # process may use, at most 16 (each process holds a CUDA context and the fp64 copies of its current case).
-detops_gpu_list() {  # the GPUs this job may use, comma-separated: CUDA_VISIBLE_DEVICES when set, else nvidia-smi's
-  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then echo "$CUDA_VISIBLE_DEVICES"; return 0; fi
-  command -v nvidia-smi >/dev/null 2>&1 || return 0
-  nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | tr -d ' ' | paste -sd, - || true
+detops_gpu_list() {  # the GPUs this job may use, comma-separated: CUDA_VISIBLE_DEVICES when set (empty: none), else
+  # nvidia-smi's; shard_suite.visible_gpus states the rule (one place for run.sh and the shards)
+  "${DETOPS_PYTHON:-python3}" "$DETOPS_ROOT/scripts/shard_suite.py" --list-gpus || true
 }
 
 detops_use_reference_cache() {  # DEFAULT_DIR: export DETOPS_REFERENCE_CACHE (the caller's value wins; empty: off),

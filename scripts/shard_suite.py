@@ -3,6 +3,8 @@
 
   scripts/shard_suite.py --binary build/ci/suites/detops_correctness --shards 4 --filter '*.cuda' \
       --out correctness.json [--outputs DIR] [--serial '*.large_index_*:*.large_output_*'] [-- extra gtest arguments]
+  scripts/shard_suite.py --list-gpus      the GPUs this process may use, comma-separated (CUDA_VISIBLE_DEVICES when
+                                          set, empty meaning none, else nvidia-smi's indices): scripts/lib.sh asks this
 
 Process i runs with GTEST_TOTAL_SHARDS=N and GTEST_SHARD_INDEX=i (GoogleTest splits the selected tests
 between them), writes its own GoogleTest JSON and, with --outputs, its own output dumps
@@ -208,6 +210,10 @@ def fmt_s(s):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if list(argv) == ["--list-gpus"]:  # scripts/lib.sh's detops_gpu_list: the one rule, stated once (visible_gpus)
+        print(",".join(visible_gpus()))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--binary", required=True, help="the GoogleTest executable")
     ap.add_argument("--shards", type=int, default=4, help="processes (default 4; 0: one per GPU of --gpus)")

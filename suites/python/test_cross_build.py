@@ -398,6 +398,33 @@ def test_the_run_ends_only_after_the_job_beside_it_without_serial_tests(tmp_path
     assert "waiting for peer.rc" in r.stdout
 
 
+def test_run_sh_and_the_shards_see_the_same_gpus(tmp_path):
+    """scripts/lib.sh's detops_gpu_list (run.sh: one GPU or several?) asks shard_suite.py --list-gpus, so both follow
+    one rule: CUDA_VISIBLE_DEVICES when set (an empty value: no GPU, not every GPU nvidia-smi lists), else
+    nvidia-smi's indices, else none."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    smi = fake / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '0\\n1\\n2\\n'\n")
+    smi.chmod(0o755)
+
+    def gpu_list(**env):
+        base = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        base["PATH"] = f"{fake}{os.pathsep}{base.get('PATH', '')}"
+        base["DETOPS_PYTHON"] = sys.executable
+        r = subprocess.run(["bash", "-c", f'source "{ROOT}/scripts/lib.sh"; detops_gpu_list'],
+                           env=dict(base, **env), capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    assert gpu_list() == "0,1,2"
+    assert gpu_list(CUDA_VISIBLE_DEVICES="4,6") == "4,6"
+    assert gpu_list(CUDA_VISIBLE_DEVICES=" 3 , 5 ") == "3,5"
+    assert gpu_list(CUDA_VISIBLE_DEVICES="") == ""
+    smi.write_text("#!/bin/sh\nexit 9\n")  # a driver that does not answer: no GPU
+    assert gpu_list() == ""
+
+
 @pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
 def test_the_test_commands_cuda_entry_uses_one_process_per_visible_gpu(tmp_path):
     """CTest's correctness_cuda: --gpus auto --shards 0 runs one process per GPU of CUDA_VISIBLE_DEVICES (each test
