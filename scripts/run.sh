@@ -134,6 +134,11 @@ if [ "$gpu" != no-gpu ] && peer_available; then
   prev_run=$(ls -td "$DETOPS_ROOT"/results/runs/*_"$gpu"/ 2>/dev/null | grep -v "/$run_id/\$" \
     | while read -r d; do ls "$d"peer_times-*.json >/dev/null 2>&1 && { echo "$d"; break; }; done || true)
   peer_times=$([ -n "$prev_run" ] && ls "$prev_run"peer_times-*.json | paste -sd: - || true)
+  # A fresh machine: the committed times of this GPU model (results/suite-times/<gpu>.peer.json.gz, written from a run's
+  # peer_times-*.json as docs/peers.md says), as the correctness shards use results/suite-times/<gpu>.json.gz.
+  if [ -z "$peer_times" ] && [ -f "$DETOPS_ROOT/results/suite-times/$gpu.peer.json.gz" ]; then
+    peer_times="$DETOPS_ROOT/results/suite-times/$gpu.peer.json.gz"; prev_run="$peer_times"
+  fi
   detops_log "peer suite: pytest suites/peer beside the correctness shards, ${#peer_gpus[@]} process(es)$([ "${gpu_count:-0}" -gt 1 ] && echo ', one per GPU'), split by $([ -n "$peer_times" ] && echo "the test times of ${prev_run#$DETOPS_ROOT/}" || echo 'a hash of the test id (no earlier test times)') (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
   (
     set +e

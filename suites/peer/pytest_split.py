@@ -3,7 +3,8 @@ of an earlier run where there are some, else by a hash of the test id.
 
 - DETOPS_PYTEST_TIMES_OUT=FILE: this process writes {test id: seconds (setup + call + teardown)} of the tests it
   ran to FILE when it ends (a temporary file, then a rename).
-- DETOPS_PYTEST_TIMES=F1:F2:... (os.pathsep): such files of an earlier run (every process's). With times for some
+- DETOPS_PYTEST_TIMES=F1:F2:... (os.pathsep): such files of an earlier run (every process's; .gz read too: the
+  committed results/suite-times/<gpu>.peer.json.gz that scripts/run.sh falls back on). With times for some
   of the collected tests, the N processes split the tests by expected time (scripts/shard_suite.py's
   balanced_partition: longest first, each to the least loaded process, an unrecorded test counting as the median
   recorded one); without any (first run, files missing or unreadable, ids from another layout), by CRC-32 of the id.
@@ -11,6 +12,7 @@ of an earlier run where there are some, else by a hash of the test id.
 Every process collects the same tests and reads the same files, so they compute the same split: disjoint, and
 together every test once. On one H200 (2026-11-29) the hash split gave the two processes 135 s and 187 s.
 """
+import gzip
 import json
 import os
 import pathlib
@@ -28,14 +30,14 @@ def recorded_times(spec):
     times, bad = {}, []
     for path in filter(None, (spec or "").split(os.pathsep)):
         try:
-            with open(path) as f:
+            with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
                 data = json.load(f)
             if not isinstance(data, dict):
                 raise ValueError("not an object")
             for k, v in data.items():
                 if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
                     times[k] = float(v)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, EOFError, zlib.error) as e:
             bad.append(f"{path} ({type(e).__name__}: {e})")
     return times, bad
 
@@ -67,3 +69,24 @@ class TimesRecorder:
             os.replace(tmp, self.path)
         except OSError as e:  # the times only balance the next run: never fail this one over them
             print(f"\npytest_split: test times not written to {self.path}: {e}", file=sys.stderr)
+
+
+def main(argv=None):
+    """pytest_split.py OUT.json.gz TIMES.json ...: the runs' per-process times merged into one gzip file, as committed
+    under results/suite-times/<gpu>.peer.json.gz for fresh machines. Exit 2 when an input cannot be read."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 2 or not argv[0].endswith(".json.gz"):
+        print("usage: pytest_split.py OUT.json.gz TIMES.json [TIMES.json ...]", file=sys.stderr)
+        return 2
+    times, bad = recorded_times(os.pathsep.join(argv[1:]))
+    if bad or not times:
+        print(f"pytest_split: cannot read {'; '.join(bad) or 'any test time'}", file=sys.stderr)
+        return 2
+    with gzip.open(argv[0], "wt") as f:
+        json.dump(times, f, sort_keys=True)
+    print(f"pytest_split: {len(times)} test times ({sum(times.values()):.0f} s) -> {argv[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -638,3 +638,25 @@ def test_pytest_split_reads_and_writes_times(tmp_path):
     assert not list(tmp_path.glob("times.json.tmp.*"))
     # A folder that does not exist: a warning, no exception (the times only balance the next run).
     pytest_split.TimesRecorder(str(tmp_path / "no" / "t.json")).pytest_sessionfinish(None, 0)
+
+
+def test_pytest_split_merges_and_reads_committed_times(tmp_path, capsys):
+    """The committed form (results/suite-times/<gpu>.peer.json.gz): the processes' files merged into one gzip file
+    that recorded_times reads back; unreadable inputs refuse the merge (exit 2) rather than commit part of it."""
+    from peer import pytest_split
+
+    a, b = tmp_path / "peer_times-0.json", tmp_path / "peer_times-1.json"
+    a.write_text(json.dumps({"t.py::a": 1.5, "t.py::b": 0.25}))
+    b.write_text(json.dumps({"t.py::c": 3.0}))
+    out = tmp_path / "NVIDIA-H200.peer.json.gz"
+    assert pytest_split.main([str(out), str(a), str(b)]) == 0
+    assert pytest_split.recorded_times(str(out)) == ({"t.py::a": 1.5, "t.py::b": 0.25, "t.py::c": 3.0}, [])
+    assert "3 test times" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text("[")
+    assert pytest_split.main([str(tmp_path / "x.json.gz"), str(a), str(tmp_path / "bad.json")]) == 2
+    assert not (tmp_path / "x.json.gz").exists()
+    assert pytest_split.main([str(tmp_path / "x.json"), str(a)]) == 2
+    # A truncated gzip file is left out with a reason, not a traceback.
+    (tmp_path / "cut.json.gz").write_bytes(out.read_bytes()[:20])
+    times, bad = pytest_split.recorded_times(str(tmp_path / "cut.json.gz"))
+    assert times == {} and len(bad) == 1 and "cut.json.gz" in bad[0]
