@@ -43,8 +43,10 @@ sys.path.insert(0, str(ROOT / "suites"))
 
 TIMER = "torch.profiler (Kineto/CUPTI)"
 # Where the step's wall time goes (said at the end of a run): the cases' base inputs, each entry's casts, truths
-# and errors, and the timing of its sides (choose_samples + the profiled samples).
-PHASE_S = {"base inputs": 0.0, "casts, truths and errors": 0.0, "timing": 0.0}
+# and errors, and the timing of its sides: choosing the sample count, the warm-up calls, the profiler's start and stop
+# (one session per side), the profiled samples themselves and their attribution.
+PHASE_S = {"base inputs": 0.0, "casts, truths and errors": 0.0, "sample counts": 0.0, "warm-ups": 0.0,
+           "profiler start and stop": 0.0, "profiled samples": 0.0, "attribution": 0.0}
 RANGE = "detops_peer_sample"
 
 # Peak DRAM bandwidth (bytes/s) by GPU name, where the device properties give no memory clock or bus width: the
@@ -176,12 +178,15 @@ def measure(torch, fn, samples, warmup, flush, touch=None):
     warm-up call and each sample instead. Either runs outside the profiled range, so its kernel is in no sample."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    t0 = time.perf_counter()
     for _ in range(warmup):
         if touch:
             touch()
         fn()
     torch.cuda.synchronize()
+    t1 = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t2 = time.perf_counter()
         for _ in range(samples):
             if touch:
                 touch()  # warm L2: the input just rewritten, outside the measured range
@@ -190,7 +195,13 @@ def measure(torch, fn, samples, warmup, flush, touch=None):
             with record_function(RANGE):
                 fn()
         torch.cuda.synchronize()
+        t3 = time.perf_counter()
+    t4 = time.perf_counter()
     times, counts = attributed_sample_times(prof, samples)
+    PHASE_S["warm-ups"] += t1 - t0
+    PHASE_S["profiler start and stop"] += (t2 - t1) + (t4 - t3)
+    PHASE_S["profiled samples"] += t3 - t2
+    PHASE_S["attribution"] += time.perf_counter() - t4
     if min(counts) == 0:
         raise RuntimeError("a sample recorded no kernel: the profiler did not attribute the kernels to the range")
     return statistics.median(times), times
@@ -515,17 +526,17 @@ def run_one(torch, pairs, nms_checks, pair, case, base, dtype, direction, args, 
                 touches = {side: touch_fn(torch, go) for side, go in grad_outputs.items()}
         if pair.dram_reads:
             entry["dram"] = dram_floor(torch, pair, inp, ours, direction, peak)
-        t_timing = time.perf_counter()
-        PHASE_S["casts, truths and errors"] += t_timing - t_entry
+        PHASE_S["casts, truths and errors"] += time.perf_counter() - t_entry
         for side, fn in fns.items():
+            t_count = time.perf_counter()
             n = choose_samples(torch, fn, args.samples, args.budget_s, device)
+            PHASE_S["sample counts"] += time.perf_counter() - t_count
             med, _ = timer(torch, fn, n, args.warmup, flush, touch=touches.get(side))
             if side == "floor":
                 entry["floor"].update(ms=med, samples=n)
             else:
                 entry[f"{side}_ms"] = med
                 entry["samples"][side] = n
-        PHASE_S["timing"] += time.perf_counter() - t_timing
         if entry["torchvision_ms"] is not None and entry["detops_ms"]:
             entry["speedup"] = entry["torchvision_ms"] / entry["detops_ms"]
         if pair.floor and entry["floor"]["ms"] and entry["detops_ms"]:

@@ -348,8 +348,12 @@ def test_measure_touches_outside_the_profiled_range(monkeypatch):
         calls.append("call")
         return (x + 1).sum()
 
+    before = dict(peer_bench.PHASE_S)
     med, times = peer_bench.measure(shim, fn, 5, 2, flush, touch=touch)
     assert med == 1.0 and len(times) == 5
+    # Where the time went: each of measure's phases counted (the step's closing line adds them up).
+    for phase in ("warm-ups", "profiler start and stop", "profiled samples", "attribution"):
+        assert peer_bench.PHASE_S[phase] > before[phase], phase
     assert calls == ["touch", "call"] * 7  # 2 warm-up calls, 5 samples
     assert len(seen["ranges"]) == 5 and len(seen["prep"]) == 5 and "aten::zero_" not in seen["names"]
     for (p0, p1), (r0, r1) in zip(seen["prep"], seen["ranges"]):
