@@ -131,8 +131,8 @@ if [ "$gpu" != no-gpu ] && peer_available; then
   fi
   # The split is by each test's time in the newest earlier run on this GPU model (its peer_times-*.json, which every
   # process writes), else by a hash of the test id (suites/peer/pytest_split.py).
-  prev_run=$(ls -td "$DETOPS_ROOT"/results/runs/*_"$gpu"/ 2>/dev/null | grep -v "/$run_id/\$" \
-    | while read -r d; do ls "$d"peer_times-*.json >/dev/null 2>&1 && { echo "$d"; break; }; done || true)
+  prev_run=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$gpu"/peer_times-0.json 2>/dev/null | grep -v "/$run_id/" | head -n1 || true)
+  prev_run=${prev_run%peer_times-0.json}
   peer_times=$([ -n "$prev_run" ] && ls "$prev_run"peer_times-*.json | paste -sd: - || true)
   # A fresh machine: the committed times of this GPU model (results/suite-times/<gpu>.peer.json.gz, written from a run's
   # peer_times-*.json as docs/peers.md says), as the correctness shards use results/suite-times/<gpu>.json.gz.

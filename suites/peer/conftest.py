@@ -44,6 +44,9 @@ def pytest_configure(config):
         config.pluginmanager.register(TimesRecorder(out), "detops_pytest_times")
 
 
+_SPLIT_KEY = pytest.StashKey[str]()  # what this process's split was, for its closing summary
+
+
 def pytest_collection_modifyitems(config, items):
     """DETOPS_PYTEST_SHARD=I/N (scripts/run.sh: several pytest processes, one per GPU or DETOPS_PEER_PROCESSES on
     one): this process keeps its part of the tests and deselects the rest, so the N processes together run each test
@@ -74,9 +77,6 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep
-
-
-_SPLIT_KEY = pytest.StashKey[str]()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -229,9 +229,10 @@ TEST(BenchRecord, RecordIsRewrittenAtomicallyAndMarkedComplete) {
 }
 
 // The record's text is assembled from each entry's text as serialized when it was added (not re-serialized
-// on every rewrite): it must stay exactly what serializing the whole record writes, at every stage of a run —
-// a key out of nlohmann's order, a missing comma between entries or a stale "complete" would pass a parse-only
-// check but break readers that compare records byte for byte (and the schema's order-free checks miss it).
+// on every rewrite). At every stage of a run it must be what serializing the whole record writes: its own parse
+// dumped again gives it back byte for byte (a key out of nlohmann's order, a missing comma or a stray space would
+// not), and it holds the values put in — every entry of every benchmark added, the digest, the context and the
+// current "complete" flag (a stale one would still be well-formed).
 TEST(BenchRecord, TextIsTheWholeRecordSerializedAtEveryStage) {
   RunRecord record(json{{"library_build_type", "release"}, {"zz_last", 1}}, json{{"run_id", "x"}, {"git_sha", "abc"}});
   EXPECT_EQ(record.text(), record.to_json().dump());  // no benchmark, no correctness digest yet
@@ -253,8 +254,18 @@ TEST(BenchRecord, TextIsTheWholeRecordSerializedAtEveryStage) {
   EXPECT_EQ(text, record.to_json().dump());
   const json parsed = json::parse(text);
   EXPECT_EQ(parsed["benchmarks"].size(), 7u + 1u + 7u);
+  json entries = json::array();
+  for (const BenchmarkResult& r : {sample_result(), failed, odd}) {
+    for (const json& e : benchmark_entries(r)) entries.push_back(e);
+  }
+  EXPECT_EQ(parsed["benchmarks"], entries);
   EXPECT_EQ(parsed["context"]["detops"]["complete"], true);
+  EXPECT_EQ(parsed["context"]["detops"]["run_id"], "x");
+  EXPECT_EQ(parsed["context"]["library_build_type"], "release");
+  EXPECT_EQ(parsed["context"]["detops_schema_version"], kRecordSchemaVersion);
   EXPECT_EQ(parsed["correctness"]["summary"]["failed"], 1);
+  EXPECT_EQ(parsed["correctness"]["tests"][0]["max_abs_error"], 1e-17);
+  EXPECT_EQ(parsed["peers"], json::array());
   // A digest that is not an object is the empty one, as before.
   record.set_correctness(json::array());
   EXPECT_EQ(record.text(), record.to_json().dump());

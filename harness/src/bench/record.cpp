@@ -142,15 +142,11 @@ RunRecord::RunRecord(json gb_context, json detops_context)
 }
 
 void RunRecord::add(const BenchmarkResult& r) {
-  for (auto& e : benchmark_entries(r)) {
-    entry_texts_.push_back(e.dump());
-    entries_.push_back(std::move(e));
-  }
+  for (const auto& e : benchmark_entries(r)) entry_texts_.push_back(e.dump());
 }
 
 void RunRecord::set_correctness(json correctness) {
-  correctness_ = correctness.is_object() ? std::move(correctness) : empty_correctness();
-  correctness_text_ = correctness_.dump();
+  correctness_text_ = (correctness.is_object() ? correctness : empty_correctness()).dump();
 }
 
 json RunRecord::context_json() const {
@@ -162,9 +158,8 @@ json RunRecord::context_json() const {
   return context;
 }
 
-json RunRecord::to_json() const {
-  return {{"context", context_json()}, {"benchmarks", entries_}, {"peers", json::array()}, {"correctness", correctness_}};
-}
+// The record as a value (tests and tools); the bench itself only writes text().
+json RunRecord::to_json() const { return json::parse(text()); }
 
 std::string RunRecord::text() const {
   // The members in nlohmann::json's (sorted) order, compact as dump() writes them.

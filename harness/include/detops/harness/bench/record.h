@@ -47,22 +47,21 @@ class RunRecord {
   void add(const BenchmarkResult& r);
   void set_correctness(nlohmann::json correctness);
   void set_complete(bool complete) { complete_ = complete; }
-  nlohmann::json to_json() const;
-  // to_json().dump(), byte for byte, built from each entry's and the correctness section's text as
-  // serialized once when they were added: the record is rewritten after every benchmark, and
-  // re-serializing every earlier entry each time made the rewrites grow with the square of the entries
-  // (tens of MB of samples and correctness digest, ~0.3 s a rewrite half-way through a full run).
+  // The record's compact JSON text (nlohmann's dump() of the whole record, keys in its sorted order), built from
+  // each entry's and the correctness section's text as serialized once when they were added: the record is
+  // rewritten after every benchmark, and re-serializing every earlier entry each time made the rewrites grow
+  // with the square of the entries (tens of MB of samples and correctness digest, ~0.3 s a rewrite half-way
+  // through a full run). Only the texts are kept.
   std::string text() const;
+  nlohmann::json to_json() const;  // text(), parsed
   // Writes text() atomically (temporary file in the same folder, then rename).
   void write(const std::string& path) const;
 
  private:
   nlohmann::json context_json() const;
   nlohmann::json gb_context_, detops_context_;
-  nlohmann::json entries_ = nlohmann::json::array();
-  std::vector<std::string> entry_texts_;  // entries_[i].dump()
-  nlohmann::json correctness_;
-  std::string correctness_text_;  // the "correctness" value's dump()
+  std::vector<std::string> entry_texts_;  // each benchmark entry's dump(), in order
+  std::string correctness_text_;          // the "correctness" value's dump()
   bool complete_ = false;
 };
 
