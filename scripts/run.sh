@@ -18,7 +18,8 @@
 # Environment: DETOPS_OPS=op1,op2 (the quick gate's scope, scripts/quick_gate.sh: only these ops' correctness
 # tests, benchmarks and peer checks, compared with the baseline by the same rule; the unit tests always run),
 # DETOPS_BENCH_ARGS (extra detops_bench flags, e.g. --benchmark_filter=...),
-# DETOPS_SKIP_BENCH=1 (correctness only), DETOPS_BASELINE=<record.json> (instead of the stored one),
+# DETOPS_SKIP_BENCH=1 (correctness only), DETOPS_SKIP_PEER_TIMING=1 (no torchvision timing table: the peer suite's
+# checks still run; the record then has no peers entries), DETOPS_BASELINE=<record.json> (instead of the stored one),
 # DETOPS_REFERENCE_CACHE=DIR (the suite's fp64 references kept between runs of one build; default: in the build
 # folder; empty: off), DETOPS_REFERENCE_CACHE_GB (its size cap, default 20),
 # DETOPS_SUITE_SHARDS=N (correctness processes; default: one per CPU, at most 16), DETOPS_PEER_PROCESSES=N (the
@@ -230,7 +231,9 @@ detops_log "benchmarks: exit $rc, $(( $(date +%s) - start )) s (log: ${out#$DETO
 "$DETOPS_PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import compare; compare.attach_output_dumps(sys.argv[2])' \
   "$DETOPS_ROOT/scripts" "$out/record.json"
 
-if peer_available; then
+if [ "${DETOPS_SKIP_PEER_TIMING:-0}" = 1 ]; then
+  detops_log "peer timing skipped (DETOPS_SKIP_PEER_TIMING=1): the record has no peers entries"
+elif peer_available; then
   peer_start=$(date +%s)
   detops_log "peer timing against torchvision: scripts/peer_bench.py (torch.profiler kernel time; log: ${out#$DETOPS_ROOT/}/peer_bench.log)"
   set +e

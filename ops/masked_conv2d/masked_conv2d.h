@@ -142,7 +142,9 @@ constexpr MaskedConv2dWorkspace masked_conv2d_workspace(const MaskedConv2dShape&
 //                    of each input pixel, in tap order, in acc (chunks in order through the accumulator)
 //   backward weight  grad_weight [C_out, K] (+)= grad_selected columns^T (a GEMM in acc, chunks in order);
 //                    grad_bias a fixed-order block sum of grad_selected per channel
-// with K = C_in kh kw. No atomics; cuBLAS GEMMs are bitwise reproducible on one GPU model: deterministic.
+// with K = C_in kh kw. Each GEMM runs over the chunk's c positions rounded up to kMaskedConv2dLdAlign (the
+// gathers write zero columns in [c, padded)): cuBLAS's fast kernels need aligned extents. No atomics; cuBLAS
+// GEMMs are bitwise reproducible on one GPU model: deterministic.
 //
 // CPU (masked_conv2d_kernel.cuh, masked_conv2d_cpu.cpp): the same sums as implicit GEMMs over the positions,
 // each result one thread's fixed-order sum in acc (the weight gradient over fixed position chunks added in

@@ -23,7 +23,9 @@ constexpr const char* kOp = "masked_conv2d";
 constexpr int kThreads = 256;
 constexpr std::int64_t kGatherTaps = 32;    // the gather: about this many taps (whole channels) per block
 constexpr std::int64_t kOutputChannels = 16;  // the output kernel: channels per block
-constexpr int kCol2imChannels = 8;            // the features' gradient: channels per thread
+constexpr int kCol2imChannels = 8;            // the features' gradient: channels per slice
+constexpr int kCol2imHits = 9;                // the features' gradient: hits kept per pixel
+constexpr std::int64_t kCol2imThreads = 1 << 19;  // the features' gradient: about this many threads (grid y)
 constexpr std::int64_t kMaxGridY = 65535;
 using P = MaskedConv2dParams;
 using S = MaskedConv2dShape;
@@ -39,22 +41,32 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The im2col of the chunk's positions r0 + q, q < chunk: columns[t, q] (row length ld) = data[n, c, y sh - ph
-// + i, x sw - pw + j] for tap t = (c, i, j) of weight's layout, 0 in the padding. A block: kThreads consecutive
-// positions (one per thread: consecutive threads write consecutive columns and read neighbouring pixels) and
-// `channels` consecutive channels' kh kw taps per blockIdx.y step. grad at the positions is the im2col of its
-// 1x1 view (a shape with C_in = C_out, H x W = H_out x W_out, kernel 1 x 1, padding 0, stride 1).
+// + i, x sw - pw + j] for tap t = (c, i, j) of weight's layout, 0 in the padding; and columns[t, q] = 0 for q in
+// [chunk, padded) (padded = chunk rounded up to kMaskedConv2dLdAlign <= ld): the GEMMs run over padded positions
+// (cuBLAS picks its fast tensor-core kernels only for aligned extents; a padded position contributes 0 to the
+// weight gradient and its rows of the other products are never read). A block: kThreads consecutive positions
+// (one per thread: consecutive threads write consecutive columns and read neighbouring pixels) and `channels`
+// consecutive channels' kh kw taps per blockIdx.y step. grad at the positions is the im2col of its 1x1 view (a
+// shape with C_in = C_out, H x W = H_out x W_out, kernel 1 x 1, padding 0, stride 1).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     masked_conv2d_gather_kernel(P p, S s, const std::int64_t* __restrict__ positions, std::int64_t r0,
-                                std::int64_t chunk, std::int64_t channels, std::int64_t ld,
+                                std::int64_t chunk, std::int64_t padded, std::int64_t channels, std::int64_t ld,
                                 const T* __restrict__ data, T* __restrict__ columns) {
   const std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (q >= chunk) return;
-  const MaskedConv2dWindow win = masked_conv2d_window(p, positions, r0 + q);
+  if (q >= padded) return;
   const std::int64_t plane = s.height * s.width, khw = s.kernel_h * s.kernel_w;
   const std::int64_t blocks = (s.in_channels + channels - 1) / channels;
-  const T* image = data + win.n * s.in_channels * plane;
   const T zero = from_acc<T>(acc_t<T>(0));
+  if (q >= chunk) {  // a padding column: zeros
+    for (std::int64_t b = blockIdx.y; b < blocks; b += gridDim.y) {
+      const std::int64_t t0 = b * channels * khw, t1 = std::min(s.in_channels, (b + 1) * channels) * khw;
+      for (std::int64_t t = t0; t < t1; ++t) columns[t * ld + q] = zero;
+    }
+    return;
+  }
+  const MaskedConv2dWindow win = masked_conv2d_window(p, positions, r0 + q);
+  const T* image = data + win.n * s.in_channels * plane;
   for (std::int64_t b = blockIdx.y; b < blocks; b += gridDim.y) {
     const std::int64_t c0 = b * channels, c1 = std::min(s.in_channels, c0 + channels);
     T* out = columns + c0 * khw * ld + q;
@@ -118,10 +130,12 @@ __device__ __forceinline__ void finish_sum(std::int64_t at, acc_t<T> sum, const 
   }
 }
 
-// The features' gradient at the input pixels e = (n, h, w) (one per thread) and kCol2imChannels channels c per
-// blockIdx.y step: the sum over the chunk's selected positions r in [r0, r1) whose window reads the pixel, in
-// tap order, of dcol[(c, tap), r - r0] (row length ld), plus prev (the earlier chunks' sums; null on the first
-// chunk), into partial (acc; when not null) or else grad_features.
+// The features' gradient at the input pixels e = (n, h, w) (one per thread) and the channels c of blockIdx.y's
+// slices of kCol2imChannels channels: the sum over the chunk's selected positions r in [r0, r1) whose window
+// reads the pixel, in tap order, of dcol[(c, tap), r - r0] (row length ld), plus prev (the earlier chunks' sums;
+// null on the first chunk), into partial (acc; when not null) or else grad_features. The pixel's hits (tap and
+// row) are found once and kept for every channel (up to kCol2imHits of them: a 3x3 kernel at stride 1 has 9 at
+// most; a pixel with more walks the map of rows again per slice), so a slice's loads are all independent.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     masked_conv2d_col2im_kernel(P p, S s, const std::int32_t* __restrict__ rows, std::int64_t r0, std::int64_t r1,
@@ -135,6 +149,18 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t n = e / plane, pixel = e - n * plane, h = pixel / s.width, w = pixel - h * s.width;
   const std::int32_t* image_rows = rows + n * s.out_height * s.out_width;
   const std::int64_t channel_rows = s.kernel_h * s.kernel_w * ld;  // one channel's taps in dcol
+  // The hits in this chunk: offsets tap ld + (row - r0) into a channel's taps, in tap order.
+  std::int64_t hit[kCol2imHits];
+  int hits = 0;
+  bool more = false;
+  masked_conv2d_for_each_hit(p, s, image_rows, h, w, [&](std::int64_t tap, std::int32_t row) {
+    if (row < r0 || row >= r1) return;
+    if (hits < kCol2imHits) {
+      hit[hits++] = tap * ld + (row - r0);
+    } else {
+      more = true;
+    }
+  });
   for (std::int64_t c0 = static_cast<std::int64_t>(blockIdx.y) * kC; c0 < s.in_channels;
        c0 += static_cast<std::int64_t>(gridDim.y) * kC) {
     const int channels = static_cast<int>(std::min<std::int64_t>(kC, s.in_channels - c0));
@@ -142,14 +168,26 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kC; ++k) acc[k] = Acc(0);
     const Acc* dc = dcol + c0 * channel_rows;
-    masked_conv2d_for_each_hit(p, s, image_rows, h, w, [&](std::int64_t tap, std::int32_t row) {
-      if (row < r0 || row >= r1) return;
-      const Acc* at = dc + tap * ld + (row - r0);
+    if (!more) {
 #pragma unroll
-      for (int k = 0; k < kC; ++k) {
-        if (k < channels) acc[k] += at[k * channel_rows];
+      for (int x = 0; x < kCol2imHits; ++x) {
+        if (x >= hits) break;
+        const Acc* at = dc + hit[x];
+#pragma unroll
+        for (int k = 0; k < kC; ++k) {
+          if (k < channels) acc[k] += at[k * channel_rows];
+        }
       }
-    });
+    } else {
+      masked_conv2d_for_each_hit(p, s, image_rows, h, w, [&](std::int64_t tap, std::int32_t row) {
+        if (row < r0 || row >= r1) return;
+        const Acc* at = dc + tap * ld + (row - r0);
+#pragma unroll
+        for (int k = 0; k < kC; ++k) {
+          if (k < channels) acc[k] += at[k * channel_rows];
+        }
+      });
+    }
 #pragma unroll
     for (int k = 0; k < kC; ++k) {
       if (k >= channels) continue;
@@ -238,12 +276,19 @@ struct Launch {
     launch_grid_stride(&masked_conv2d_rows_kernel, a.sel.count, kThreads, stream, s, a.sel.positions, a.sel.count,
                        rows());
   }
-  // The im2col of positions [r0, r0 + n) of `data` (shape s, params p) into out (row length ld).
+  // The im2col of positions [r0, r0 + n) of `data` (shape s, params p) into out (row length ld), zeros in the
+  // columns [n, padded(n)).
   void gather(const P& p, const S& s, std::int64_t r0, std::int64_t n, const void* data, T* out) const {
     const std::int64_t channels = std::max<std::int64_t>(1, kGatherTaps / (s.kernel_h * s.kernel_w));
     if (s.in_channels == 0) return;
-    launch_kernel(&masked_conv2d_gather_kernel<T>, grid_2d(n, (s.in_channels + channels - 1) / channels), kThreads,
-                  stream, p, s, a.sel.positions, r0, n, channels, ld, data, out);
+    launch_kernel(&masked_conv2d_gather_kernel<T>, grid_2d(padded(n), (s.in_channels + channels - 1) / channels),
+                  kThreads, stream, p, s, a.sel.positions, r0, n, padded(n), channels, ld, data, out);
+  }
+  // A chunk's positions rounded up to kMaskedConv2dLdAlign (<= ld): the GEMMs' extent along the positions.
+  static std::int64_t padded(std::int64_t n) { return masked_conv2d_chunk_ld(n); }
+  // The test hook: every workspace byte 0xFF (NaN) before use.
+  void poison(const P& p) const {
+    if (p.poison_workspace && w.bytes > 0) DETOPS_CUDA_CHECK(cudaMemsetAsync(base, 0xFF, w.bytes, stream));
   }
   // grad at positions [r0, r0 + n) into selected [C_out, ld]: the gather over grad's 1x1 view.
   void gather_grad(std::int64_t r0, std::int64_t n, const void* grad) const {
@@ -274,6 +319,7 @@ void launch_masked_conv2d_forward(const P& p, const MaskedConv2dForwardArgs& a, 
       return;
     }
     const Launch<T> l(p, a, MaskedConv2dPass::kForward, stream);
+    l.poison(p);
     l.build_rows();
     const auto write_output = [&](std::int64_t r0, std::int64_t r1, bool first, const Acc* selected) {
       launch_kernel(&masked_conv2d_output_kernel<T>, grid_2d(positions, (s.out_channels + kOutputChannels - 1) / kOutputChannels),
@@ -283,8 +329,9 @@ void launch_masked_conv2d_forward(const P& p, const MaskedConv2dForwardArgs& a, 
     BlasScope blas(kOp, a.blas, stream);
     l.for_each_chunk([&](std::int64_t r0, std::int64_t n, bool first, bool) {
       l.gather(p, s, r0, n, a.features, l.columns());
-      // selected (n x C_out, column-major, ld) = columns (n x K, ld) weight^T (K x C_out: weight [C_out, K] row-major)
-      blas_gemm<T, Acc>(blas, a.allow_tf32, n, s.out_channels, taps, BlasOperand{l.columns(), l.ld, 0, CUBLAS_OP_N},
+      // selected (n x C_out, column-major, ld) = columns (n x K, ld) weight^T (K x C_out: weight [C_out, K] row-major),
+      // over the padded positions (rows [n, padded) unused)
+      blas_gemm<T, Acc>(blas, a.allow_tf32, l.padded(n), s.out_channels, taps, BlasOperand{l.columns(), l.ld, 0, CUBLAS_OP_N},
                         BlasOperand{a.weight, taps, 0, CUBLAS_OP_N}, l.template selected<Acc>(), l.ld, 0, 1, false);
       write_output(r0, r0 + n, first, l.template selected<Acc>());
     });
@@ -305,16 +352,19 @@ void launch_masked_conv2d_backward_input(const P& p, const MaskedConv2dBackwardI
       return;
     }
     const Launch<T> l(p, a, MaskedConv2dPass::kBackwardInput, stream);
+    l.poison(p);
     l.build_rows();
     BlasScope blas(kOp, a.blas, stream);
     l.for_each_chunk([&](std::int64_t r0, std::int64_t n, bool first, bool last) {
       l.gather_grad(r0, n, a.grad);
-      // dcol (n x K, column-major, ld) = selected (n x C_out, ld) weight (C_out x K: [C_out, K] row-major, op T)
-      blas_gemm<T, acc_t<T>>(blas, a.allow_tf32, n, taps, s.out_channels,
+      // dcol (n x K, column-major, ld) = selected (n x C_out, ld) weight (C_out x K: [C_out, K] row-major, op T),
+      // over the padded positions (rows [n, padded) unused)
+      blas_gemm<T, acc_t<T>>(blas, a.allow_tf32, l.padded(n), taps, s.out_channels,
                              BlasOperand{l.template selected<T>(), l.ld, 0, CUBLAS_OP_N},
                              BlasOperand{a.weight, taps, 0, CUBLAS_OP_T}, l.dcol(), l.ld, 0, 1, false);
-      launch_kernel(&masked_conv2d_col2im_kernel<T>, grid_2d(pixels, (s.in_channels + kCol2imChannels - 1) / kCol2imChannels),
-                    kThreads, stream, p, s, l.rows(), r0, r0 + n, l.dcol(), l.ld, first ? nullptr : l.accumulator(),
+      const std::int64_t slices = (s.in_channels + kCol2imChannels - 1) / kCol2imChannels;
+      launch_kernel(&masked_conv2d_col2im_kernel<T>,
+                    grid_2d(pixels, std::min(slices, std::max<std::int64_t>(1, kCol2imThreads / pixels))), kThreads, stream, p, s, l.rows(), r0, r0 + n, l.dcol(), l.ld, first ? nullptr : l.accumulator(),
                     last ? nullptr : l.accumulator(), a.grad_features);
     });
   });
@@ -336,6 +386,7 @@ void launch_masked_conv2d_backward_weight(const P& p, const MaskedConv2dBackward
       return;
     }
     const Launch<T> l(p, a, MaskedConv2dPass::kBackwardWeight, stream);
+    l.poison(p);
     BlasScope blas(kOp, a.blas, stream);
     Acc* bias_running = l.chunked() ? l.accumulator() + weight_elements : nullptr;
     l.for_each_chunk([&](std::int64_t r0, std::int64_t n, bool first, bool last) {
@@ -343,12 +394,14 @@ void launch_masked_conv2d_backward_weight(const P& p, const MaskedConv2dBackward
       if (taps > 0) {
         l.gather(p, s, r0, n, a.features, l.columns());
         // grad_weight (K x C_out, column-major: [C_out, K] row-major) (+)= columns^T (K x n: [K, ld] row-major,
-        // op T) selected (n x C_out, ld)
+        // op T) selected (n x C_out, ld), over the padded positions (both operands 0 there)
         const BlasOperand columns{l.columns(), l.ld, 0, CUBLAS_OP_T}, grad{l.template selected<T>(), l.ld, 0, CUBLAS_OP_N};
         if (l.chunked()) {
-          blas_gemm<T, Acc>(blas, a.allow_tf32, taps, s.out_channels, n, columns, grad, l.accumulator(), taps, 0, 1, !first);
+          blas_gemm<T, Acc>(blas, a.allow_tf32, taps, s.out_channels, l.padded(n), columns, grad, l.accumulator(), taps, 0,
+                            1, !first);
         } else {
-          blas_gemm<T, T>(blas, a.allow_tf32, taps, s.out_channels, n, columns, grad, a.grad_weight, taps, 0, 1, false);
+          blas_gemm<T, T>(blas, a.allow_tf32, taps, s.out_channels, l.padded(n), columns, grad, a.grad_weight, taps, 0,
+                          1, false);
         }
       }
       launch_kernel(&masked_conv2d_bias_grad_kernel<T>, static_cast<unsigned>(std::min(s.out_channels, kMaxGridY)),

@@ -14,6 +14,10 @@ struct MaskedConv2dParams {
   // CUDA only, a test hook: the most selected positions one im2col + GEMM chunk takes (> 0), or 0 for the
   // launchers' own split (masked_conv2d.h). Not in the op's schema; the spec lowers it to cross chunk borders.
   std::int64_t chunk_positions = 0;
+  // CUDA only, a test hook: the launchers fill their workspace with 0xFF bytes (NaN in every floating type)
+  // before use, so a kernel or GEMM that reads a workspace element nothing wrote (the zero padding of a chunk's
+  // rows, say) turns the result into NaN instead of silently using whatever the allocator left there.
+  bool poison_workspace = false;
 };
 
 // The output's size along one dimension: floor((in + 2 padding - kernel) / stride) + 1, as torch's conv2d.

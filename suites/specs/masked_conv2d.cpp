@@ -281,6 +281,13 @@ std::vector<OpCase> masked_conv2d_cases() {
   c = {}; c.kernel_h = c.kernel_w = 9; c.height = c.width = 4; c.params = {4, 4, 1, 1}; c.density = 0.6; c.batch = 2;
   add("every_window_crosses_every_border_9x9", c);
   c.params.chunk_positions = 5; add("every_window_crosses_every_border_9x9_chunks_5", c);
+  // The CUDA GEMMs run over each chunk's positions rounded up to 16, reading zeros the gathers write past the
+  // chunk: with the workspace poisoned (NaN everywhere before the launch; the CPU ignores the hook), a padding
+  // column left unwritten makes the weight gradient NaN. Chunks of 37 (48 padded) and one chunk of an odd count.
+  c = {}; c.batch = 2; c.in_channels = 5; c.out_channels = 7; c.height = 11; c.width = 10;
+  c.params = {1, 1, 1, 1, 37, true}; add("chunks_37_positions_poisoned_workspace", c);
+  c = {}; c.out_channels = 13; c.height = 13; c.width = 12; c.params = {1, 1, 1, 1, 0, true};
+  add("odd_taps_27_out_channels_13_poisoned_workspace", c);
   return std::move(add.cases);
 }
 
