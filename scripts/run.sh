@@ -120,8 +120,8 @@ if [ "$gpu" != no-gpu ] && peer_available; then
   rm -f "$out/peer_pytest.rc"
   # Several pytest processes, each keeping the tests whose id hashes to its index (suites/peer/conftest.py,
   # DETOPS_PYTEST_SHARD): one per GPU with several GPUs, else DETOPS_PEER_PROCESSES (default 2) sharing the GPU. Their
-  # logs are peer_pytest.log (the first, whose progress shard_suite shows) and peer_pytest-I.log; peer_pytest.rc is
-  # the worst exit status, written once all have ended.
+  # logs are peer_pytest.log (the first) and peer_pytest-I.log (shard_suite's waiting line follows the one furthest
+  # from its end); peer_pytest.rc is the worst exit status, written once all have ended.
   peer_gpus=()
   if [ "${gpu_count:-0}" -gt 1 ]; then
     IFS=, read -r -a peer_gpus <<<"$gpu_list"
@@ -157,7 +157,10 @@ if [ "$gpu" != no-gpu ] && peer_available; then
     echo $worst >"$out/peer_pytest.rc"
   ) &
   peer_pid=$!
-  after_args=(--serial-after "$out/peer_pytest.rc" --serial-after-log "$out/peer_pytest.log")
+  after_args=(--serial-after "$out/peer_pytest.rc")
+  for i in "${!peer_gpus[@]}"; do
+    after_args+=(--serial-after-log "$out/peer_pytest$([ "$i" -gt 0 ] && echo "-$i").log")
+  done
 fi
 detops_log "[2/5] correctness suite (filter $filter, $shards processes); record: ${out#$DETOPS_ROOT/}"
 start=$(date +%s)

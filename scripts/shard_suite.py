@@ -27,7 +27,8 @@ H200, their kernels of 2^31 elements held the GPU's time slices: the shards' tes
 before it ends). The main job (scripts/run.sh) runs the
 torchvision peer suite beside the shards (correctness only, so sharing the GPU costs nothing but time) and has
 it write FILE when it ends, so its GPU memory is given back before the large-index checks need it. While
-waiting, the progress line says so, with pytest's percentage and the time left from --serial-after-log.
+waiting, the progress line says so, with pytest's percentage and the time left from --serial-after-log (given once
+per process of that job: the line follows the process furthest from its end).
 
 --gpus 0,1,... (or auto: every visible GPU): for a machine with several GPUs. Shard i runs with CUDA_VISIBLE_DEVICES set to the (i mod N)-th
 GPU, the serial tests are dealt round-robin to one process per GPU (so still no two of them share a GPU), every test
@@ -226,7 +227,9 @@ def main(argv=None):
                     "expected time instead of GoogleTest's round-robin split")
     ap.add_argument("--serial-after", help="start the serial tests (or end) only once this file exists (a job beside "
                                            "the shards writes it when it ends)")
-    ap.add_argument("--serial-after-log", help="that job's log (pytest -q), for its progress while waiting")
+    ap.add_argument("--serial-after-log", action="append", default=[],
+                    help="that job's log (pytest -q), for its progress while waiting; repeat it for a job of several "
+                         "processes (the progress line follows the one furthest from its end)")
     ap.add_argument("--gpus", default="", help="comma-separated GPUs (as CUDA_VISIBLE_DEVICES names them): shard i "
                     "runs on the (i mod N)-th, each test is tagged with its GPU (detops_gpu), and the serial tests run "
                     "one process per GPU. 'auto': CUDA_VISIBLE_DEVICES when set, else every GPU nvidia-smi lists (none: "
@@ -320,9 +323,36 @@ def main(argv=None):
 PYTEST_PERCENT = re.compile(r"\[\s*(\d+)%\]")
 
 
-def wait_for_file(path, log, interval, start):
-    """Blocks until path exists, with a progress line every interval seconds (the job's pytest percentage and the
-    time left at its rate so far, when log has one; the job began with the shards, at start)."""
+def pytest_percent(log):
+    """The last percentage a pytest -q log shows (None without one yet, or when it cannot be read)."""
+    pct = None
+    try:
+        with open(log, "rb") as lf:
+            lf.seek(max(0, os.path.getsize(log) - 4096))
+            for m in PYTEST_PERCENT.finditer(lf.read().decode(errors="replace")):
+                pct = int(m.group(1))
+    except OSError:
+        pass
+    return pct
+
+
+def wait_progress(logs, elapsed):
+    """The job's progress for the waiting line: ' (peer suite P%, about T left)' from the process furthest from
+    its end (the lowest percentage among logs; a log without one yet counts as 0%: no estimate), with the time
+    left at that process's rate so far (the job began with the shards, elapsed seconds ago); '' without logs."""
+    if not logs:
+        return ""
+    pcts = [pytest_percent(log) or 0 for log in logs]
+    pct = min(pcts)
+    which = f" (the slowest of {len(logs)} processes)" if len(logs) > 1 else ""
+    if pct == 0:
+        return f" (peer suite{which}: no progress shown yet)" if len(logs) > 1 else ""
+    return f" (peer suite {pct}%{which}, about {fmt_s(elapsed * (100 - pct) / pct)} left)"
+
+
+def wait_for_file(path, logs, interval, start):
+    """Blocks until path exists, with a progress line every interval seconds (wait_progress over the job's
+    pytest logs; the job began with the shards, at start)."""
     last = time.time()
     while not path.exists():
         time.sleep(0.5)
@@ -330,18 +360,7 @@ def wait_for_file(path, log, interval, start):
         if now - last < interval:
             continue
         last = now
-        pct = None
-        if log:
-            try:
-                with open(log, "rb") as lf:
-                    lf.seek(max(0, os.path.getsize(log) - 4096))
-                    for m in PYTEST_PERCENT.finditer(lf.read().decode(errors="replace")):
-                        pct = int(m.group(1))
-            except OSError:
-                pass
-        what = f"waiting for {path.name} before the serial tests"
-        if pct:
-            what += f" (peer suite {pct}%, about {fmt_s((now - start) * (100 - pct) / pct)} left)"
+        what = f"waiting for {path.name} before the serial tests" + wait_progress(logs, now - start)
         print(f"[shard_suite] {fmt_s(now - start)}: {what}", flush=True)
 
 

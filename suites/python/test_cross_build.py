@@ -386,16 +386,41 @@ def test_the_run_ends_only_after_the_job_beside_it_without_serial_tests(tmp_path
     import time
 
     flag = tmp_path / "peer.rc"
+    fast, slow = tmp_path / "peer_pytest.log", tmp_path / "peer_pytest-1.log"
+    fast.write_text("." * 80 + " [100%]\n")
+    slow.write_text("." * 80 + " [ 40%]\n")
     timer = threading.Timer(4.0, lambda: flag.write_text("0\n"))
     timer.start()
     t0 = time.time()
     r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", BIN, "--shards", "2",
                         "--filter", "nms.bad_input.*.cpu", "--serial-after", str(flag), "--interval", "1",
+                        "--serial-after-log", str(fast), "--serial-after-log", str(slow),
                         "--out", str(tmp_path / "merged.json")], capture_output=True, text=True)
     timer.join()
     assert r.returncode == 0, r.stderr
     assert time.time() - t0 >= 4.0 and flag.exists()
     assert "waiting for peer.rc" in r.stdout
+    # Two processes' logs: the line follows the one at 40%, not the finished one.
+    assert "peer suite 40% (the slowest of 2 processes)" in r.stdout and "peer suite 100%" not in r.stdout
+
+
+def test_the_waiting_line_follows_the_slowest_peer_process(tmp_path):
+    """With the peer suite in several pytest processes, the waiting line's percentage and time left are the
+    slowest process's: a run on one H200 showed 'peer suite 100%, about 0s left' for two minutes while the second
+    process (whose log it did not read) was still at work."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import shard_suite
+
+    fast, slow, empty = tmp_path / "peer_pytest.log", tmp_path / "peer_pytest-1.log", tmp_path / "peer_pytest-2.log"
+    fast.write_text("." * 70 + " [ 90%]\n" + "." * 10 + " [100%]\n")
+    slow.write_text("." * 70 + " [ 25%]\n" + "." * 70 + " [ 50%]\n")
+    empty.write_text("")
+    assert shard_suite.wait_progress([fast], 100) == " (peer suite 100%, about 0s left)"
+    assert shard_suite.wait_progress([fast, slow], 100) == " (peer suite 50% (the slowest of 2 processes), about 1m40s left)"
+    assert shard_suite.wait_progress([slow, fast], 100) == shard_suite.wait_progress([fast, slow], 100)
+    assert shard_suite.wait_progress([fast, empty], 100) == " (peer suite (the slowest of 2 processes): no progress shown yet)"
+    assert shard_suite.wait_progress([tmp_path / "missing.log"], 100) == ""
+    assert shard_suite.wait_progress([], 100) == ""
 
 
 def test_run_sh_and_the_shards_see_the_same_gpus(tmp_path):
