@@ -176,6 +176,18 @@ detops_use_reference_cache() {  # DEFAULT_DIR: export DETOPS_REFERENCE_CACHE (th
   [ -z "$DETOPS_REFERENCE_CACHE" ] || detops_prune_reference_cache "$DETOPS_REFERENCE_CACHE" "${DETOPS_REFERENCE_CACHE_GB:-20}"
 }
 
+detops_peer_times() {  # GPU RUN_ID: the torchvision peer suite's earlier test times for its split (suites/peer/pytest_split.py),
+  # colon-separated: every peer_times-*.json of the newest earlier run of this GPU model under results/runs/ (not
+  # RUN_ID's own), else the committed results/suite-times/<GPU>.peer.json.gz, else nothing (a split by hash).
+  local prev
+  prev=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$1"/peer_times-0.json 2>/dev/null | grep -v "/$2/" | head -n1 || true)
+  if [ -n "$prev" ]; then
+    ls "${prev%peer_times-0.json}"peer_times-*.json | paste -sd: -
+  elif [ -f "$DETOPS_ROOT/results/suite-times/$1.peer.json.gz" ]; then
+    echo "$DETOPS_ROOT/results/suite-times/$1.peer.json.gz"
+  fi
+  return 0
+}
 detops_prune_reference_cache() {  # DIR GB: the oldest entries (by modification time: a hit touches its file) removed
   local dir=$1 cap=$2                # until the cache holds at most GB gibibytes; leftover temporary files too
   [[ "$cap" =~ ^[0-9]+$ ]] || detops_die "DETOPS_REFERENCE_CACHE_GB: '$cap' (expected a whole number of GiB)"

@@ -131,15 +131,11 @@ if [ "$gpu" != no-gpu ] && peer_available; then
     for ((i = 0; i < n; i++)); do peer_gpus+=(""); done  # "": the job's own GPU
   fi
   # The split is by each test's time in the newest earlier run on this GPU model (its peer_times-*.json, which every
-  # process writes), else by a hash of the test id (suites/peer/pytest_split.py).
-  prev_run=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$gpu"/peer_times-0.json 2>/dev/null | grep -v "/$run_id/" | head -n1 || true)
-  prev_run=${prev_run%peer_times-0.json}
-  peer_times=$([ -n "$prev_run" ] && ls "$prev_run"peer_times-*.json | paste -sd: - || true)
-  # A fresh machine: the committed times of this GPU model (results/suite-times/<gpu>.peer.json.gz, written from a run's
-  # peer_times-*.json as docs/peers.md says), as the correctness shards use results/suite-times/<gpu>.json.gz.
-  if [ -z "$peer_times" ] && [ -f "$DETOPS_ROOT/results/suite-times/$gpu.peer.json.gz" ]; then
-    peer_times="$DETOPS_ROOT/results/suite-times/$gpu.peer.json.gz"; prev_run="$peer_times"
-  fi
+  # process writes), else by the committed times of this model (results/suite-times/<gpu>.peer.json.gz, as the
+  # correctness shards use results/suite-times/<gpu>.json.gz), else by a hash of the test id (suites/peer/pytest_split.py).
+  peer_times=$(detops_peer_times "$gpu" "$run_id")
+  prev_run=$(dirname "${peer_times%%:*}")/
+  [[ "$peer_times" == *.peer.json.gz ]] && prev_run=$peer_times
   detops_log "peer suite: pytest suites/peer beside the correctness shards, ${#peer_gpus[@]} process(es)$([ "${gpu_count:-0}" -gt 1 ] && echo ', one per GPU'), split by $([ -n "$peer_times" ] && echo "the test times of ${prev_run#$DETOPS_ROOT/}" || echo 'a hash of the test id (no earlier test times)') (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
   (
     set +e

@@ -423,6 +423,41 @@ def test_the_waiting_line_follows_the_slowest_peer_process(tmp_path):
     assert shard_suite.wait_progress([], 100) == ""
 
 
+def test_the_peer_suite_splits_by_the_newest_earlier_times(tmp_path):
+    """scripts/lib.sh's detops_peer_times (run.sh's split of the peer suite): every peer_times-*.json of the newest
+    earlier run of this GPU model (not the run's own folder, not another model's), else the committed
+    results/suite-times/<gpu>.peer.json.gz, else nothing (a split by hash)."""
+    runs = tmp_path / "results" / "runs"
+
+    def run(name, files, age):
+        d = runs / name
+        d.mkdir(parents=True)
+        for f in files:
+            (d / f).write_text("{}")
+            os.utime(d / f, (1e9 - age, 1e9 - age))
+        return d
+
+    def peer_times(gpu, run_id):
+        r = subprocess.run(["bash", "-c", f'source "{ROOT}/scripts/lib.sh"; DETOPS_ROOT="{tmp_path}"; '
+                                          f'detops_peer_times "{gpu}" "{run_id}"'], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    assert peer_times("NVIDIA-H200", "now_NVIDIA-H200") == ""
+    committed = tmp_path / "results" / "suite-times" / "NVIDIA-H200.peer.json.gz"
+    committed.parent.mkdir(parents=True)
+    committed.write_bytes(b"")
+    assert peer_times("NVIDIA-H200", "now_NVIDIA-H200") == str(committed)
+    older = run("20261101T000000Z_NVIDIA-H200", ["peer_times-0.json", "peer_times-1.json"], 300)
+    newer = run("20261102T000000Z_NVIDIA-H200", ["peer_times-0.json", "peer_times-1.json", "peer_times-2.json"], 200)
+    run("20261103T000000Z_NVIDIA-H100-80GB-HBM3", ["peer_times-0.json"], 100)  # another model, newer
+    run("now_NVIDIA-H200", ["peer_times-0.json"], 0)  # the run itself, newest
+    run("20261104T000000Z_NVIDIA-H200", ["correctness.json"], 50)  # no peer times
+    got = peer_times("NVIDIA-H200", "now_NVIDIA-H200").split(":")
+    assert got == [str(newer / f"peer_times-{i}.json") for i in range(3)], got
+    assert str(older) not in ":".join(got)
+
+
 def test_run_sh_and_the_shards_see_the_same_gpus(tmp_path):
     """scripts/lib.sh's detops_gpu_list (run.sh: one GPU or several?) asks shard_suite.py --list-gpus, so both follow
     one rule: CUDA_VISIBLE_DEVICES when set (an empty value: no GPU, not every GPU nvidia-smi lists), else
