@@ -134,9 +134,8 @@ if [ "$gpu" != no-gpu ] && peer_available; then
   # process writes), else by the committed times of this model (results/suite-times/<gpu>.peer.json.gz, as the
   # correctness shards use results/suite-times/<gpu>.json.gz), else by a hash of the test id (suites/peer/pytest_split.py).
   peer_times=$(detops_peer_times "$gpu" "$run_id")
-  prev_run=$(dirname "${peer_times%%:*}")/
-  [[ "$peer_times" == *.peer.json.gz ]] && prev_run=$peer_times
-  detops_log "peer suite: pytest suites/peer beside the correctness shards, ${#peer_gpus[@]} process(es)$([ "${gpu_count:-0}" -gt 1 ] && echo ', one per GPU'), split by $([ -n "$peer_times" ] && echo "the test times of ${prev_run#$DETOPS_ROOT/}" || echo 'a hash of the test id (no earlier test times)') (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
+  first_times=${peer_times%%:*}  # for the log line: the committed file, or the first of the earlier run's files
+  detops_log "peer suite: pytest suites/peer beside the correctness shards, ${#peer_gpus[@]} process(es)$([ "${gpu_count:-0}" -gt 1 ] && echo ', one per GPU'), split by $([ -n "$peer_times" ] && echo "the test times in ${first_times#$DETOPS_ROOT/}" || echo 'a hash of the test id (no earlier test times)') (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
   (
     set +e
     pids=()
