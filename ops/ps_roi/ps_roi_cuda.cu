@@ -24,9 +24,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "common/dispatch.h"
 #include "common/kernel_launch.cuh"
+#include "common/plane_tiles.h"
 #include "common/readonly_load.h"
 #include "common/roi_cuda.cuh"
 #include "detops/core/cuda_check.h"
@@ -44,7 +47,6 @@ constexpr int kWarps = kThreads / 32;
 // of each bin row in L1 (docs/ops/ps_roi.md, Execution).
 constexpr int kPoolForwardThreads = 256;
 constexpr int kPoolForwardMinBlocks = 8;
-constexpr std::int64_t kChunk = 64;  // elements (channels of one roi) per warp item
 constexpr unsigned kFullMask = 0xffffffffu;
 // ps_roi_align builds one list per lane: the roi's ph row lists and pw column lists, when ph + pw <= 32 and a
 // block's lists fit kMaxListBytes (no opt-in to more shared memory: fp32 and the halves always; fp64, or Index
@@ -90,15 +92,37 @@ struct WarpItem {
   bool first;  // the roi's first chunk (reports an invalid batch index)
 };
 
+// How a launch splits its work into warp items: chunks of `chunk` consecutive channels of one roi, visited
+// chunk-major (every roi's chunk 0, then every roi's chunk 1, ...) or roi-major.
+struct ItemPlan {
+  int chunk;
+  bool chunk_major;
+};
+
+// The plans (H200, R-FCN shapes; docs/ops/ps_roi.md): the forward roi-major in chunks of 64 channels (a roi's lists
+// serve 64 channels); the backwards' global-atomic kernels chunk-major, so that the warps resident at once scatter
+// into the planes of a few channels (of every image), which stay in L2.
+constexpr ItemPlan kAlignForwardPlan{64, false};
+constexpr ItemPlan kAlignBackwardPlan{16, true};
+constexpr ItemPlan kPoolBackwardPlan{8, true};
+
 template <typename Body>
-__device__ __forceinline__ void for_each_warp_item(const PsRoiShape& s, Body&& body) {
-  const std::int64_t chunks = (s.channels + kChunk - 1) / kChunk;
+__device__ __forceinline__ void for_each_warp_item(const PsRoiShape& s, const ItemPlan& plan, Body&& body) {
+  const std::int64_t chunk = plan.chunk;
+  const std::int64_t chunks = (s.channels + chunk - 1) / chunk;
   const std::int64_t items = s.num_rois * chunks;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kWarps;
   for (std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; item < items;
        item += stride) {
-    const std::int64_t k = item / chunks, q = item - k * chunks;
-    const std::int64_t begin = q * kChunk, end = begin + kChunk < s.channels ? begin + kChunk : s.channels;
+    std::int64_t k, q;
+    if (plan.chunk_major) {
+      q = item / s.num_rois;
+      k = item - q * s.num_rois;
+    } else {
+      k = item / chunks;
+      q = item - k * chunks;
+    }
+    const std::int64_t begin = q * chunk, end = begin + chunk < s.channels ? begin + chunk : s.channels;
     body(WarpItem{k, static_cast<int>(begin), static_cast<int>(end), q == 0});
   }
 }
@@ -283,7 +307,7 @@ __device__ __forceinline__ AlignItem align_item_setup(const PsRoiAlignParams& p,
 
 template <typename T, typename Index>
 __global__ void __launch_bounds__(kThreads)
-    ps_roi_align_forward_kernel(PsRoiAlignParams p, PsRoiShape s, bool use_lists, const T* __restrict__ input,
+    ps_roi_align_forward_kernel(PsRoiAlignParams p, PsRoiShape s, ItemPlan plan, bool use_lists, const T* __restrict__ input,
                                 const T* __restrict__ rois, T* __restrict__ output,
                                 std::int32_t* __restrict__ channel_mapping,
                                 unsigned long long* __restrict__ first_invalid_roi) {
@@ -293,7 +317,7 @@ __global__ void __launch_bounds__(kThreads)
   const WarpLists<Acc, Index> lists = warp_lists<Acc, Index>(ps_roi_smem, use_lists, p);
   const Index height = static_cast<Index>(s.height), width = static_cast<Index>(s.width);
   const int ph = static_cast<int>(p.pooled_height), pw = static_cast<int>(p.pooled_width);
-  for_each_warp_item(s, [&](const WarpItem& item) {
+  for_each_warp_item(s, plan, [&](const WarpItem& item) {
     const std::int64_t base = item.k * s.channels;
     for (int e = item.begin + lane; e < item.end; e += 32) channel_mapping[base + e] = e;
     const PsRoiAlignGeometry<Acc> g = ps_roi_align_geometry<T, Acc>(p, rois + item.k * 5, s.batch);
@@ -324,7 +348,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, typename Index>
 __global__ void __launch_bounds__(kThreads)
-    ps_roi_align_backward_kernel(PsRoiAlignParams p, PsRoiShape s, bool use_lists, const T* __restrict__ grad_output,
+    ps_roi_align_backward_kernel(PsRoiAlignParams p, PsRoiShape s, ItemPlan plan, bool use_lists, const T* __restrict__ grad_output,
                                  RoiGradStrides go, const T* __restrict__ rois, acc_t<T>* __restrict__ grad_input,
                                  unsigned long long* __restrict__ first_invalid_roi) {
   using Acc = acc_t<T>;
@@ -333,7 +357,7 @@ __global__ void __launch_bounds__(kThreads)
   const WarpLists<Acc, Index> lists = warp_lists<Acc, Index>(ps_roi_smem, use_lists, p);
   const Index height = static_cast<Index>(s.height), width = static_cast<Index>(s.width);
   const int ph = static_cast<int>(p.pooled_height), pw = static_cast<int>(p.pooled_width);
-  for_each_warp_item(s, [&](const WarpItem& item) {
+  for_each_warp_item(s, plan, [&](const WarpItem& item) {
     const PsRoiAlignGeometry<Acc> g = ps_roi_align_geometry<T, Acc>(p, rois + item.k * 5, s.batch);
     if (g.batch < 0) {
       if (item.first && lane == 0) report_first_invalid(first_invalid_roi, item.k);
@@ -416,14 +440,14 @@ __global__ void __launch_bounds__(kPoolForwardThreads, kExactBins ? 1 : kPoolFor
 
 template <typename T, typename Index>
 __global__ void __launch_bounds__(kThreads)
-    ps_roi_pool_backward_kernel(PsRoiPoolParams p, PsRoiShape s, bool, const T* __restrict__ grad_output,
+    ps_roi_pool_backward_kernel(PsRoiPoolParams p, PsRoiShape s, ItemPlan plan, bool, const T* __restrict__ grad_output,
                                 RoiGradStrides go, const T* __restrict__ rois, acc_t<T>* __restrict__ grad_input,
                                 unsigned long long* __restrict__ first_invalid_roi) {
   using Acc = acc_t<T>;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const Index width = static_cast<Index>(s.width);
   const int ph = static_cast<int>(p.pooled_height), pw = static_cast<int>(p.pooled_width);
-  for_each_warp_item(s, [&](const WarpItem& item) {
+  for_each_warp_item(s, plan, [&](const WarpItem& item) {
     const PsRoiPoolGeometry g = ps_roi_pool_geometry<T, Acc>(p, rois + item.k * 5, s.batch);
     if (g.batch < 0) {
       if (item.first && lane == 0) report_first_invalid(first_invalid_roi, item.k);
@@ -450,6 +474,173 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
+// The plane-tile backwards (common/plane_tiles.h). Block (n, c_in, tile) owns flat pixels [begin, begin + len) of
+// channel c_in's plane of image n: rows row_first .. row_last, the first and the last possibly in part. Channel c_in
+// is one bin (i, j) of every roi, so the block's warps take the rois 32 at a time (a lane each: its geometry, its
+// image, whether its bin (i, j) may reach the tile's rows), ballot those that may, and scatter each one's bin, the
+// lanes on its samples (ps_roi_align: per sample, the four bilinear taps) or on its pixels (ps_roi_pool), into the
+// tile's shared-memory sum; the tile is then written once in T. Invalid rois are reported by block 0, which sees
+// every roi.
+constexpr int kTileThreads = 512;
+
+// A tile's shared-memory sum: add(flat pixel, v) adds where the pixel is the tile's.
+template <typename Acc>
+struct TileSum {
+  Acc* sum;
+  std::int64_t begin;
+  int len;
+  __device__ __forceinline__ void add(std::int64_t flat, Acc v) const {
+    const std::int64_t o = flat - begin;
+    if (o >= 0 && o < len) atomicAdd(sum + o, v);
+  }
+};
+
+// ps_roi_align's bin (i, j) per sample. `reaches` may say yes for a bin that adds nothing to the tile (NaN positions
+// included), never no for one that does: a sample at y taps rows floor(y) and floor(y) + 1 (clamped into the map).
+struct AlignTiles {
+  using Params = PsRoiAlignParams;
+  template <typename T>
+  static __device__ __forceinline__ PsRoiAlignGeometry<acc_t<T>> geometry(const Params& p, const T* roi,
+                                                                          std::int64_t batch) {
+    return ps_roi_align_geometry<T, acc_t<T>>(p, roi, batch);
+  }
+  template <typename Acc>
+  static __device__ __forceinline__ bool reaches(const Params&, const PsRoiAlignGeometry<Acc>& g, int i, int,
+                                                 std::int64_t, std::int64_t, std::int64_t row_first,
+                                                 std::int64_t row_last) {
+    if (g.count == Acc(0) || g.grid_h <= 0 || g.grid_w <= 0) return false;  // no samples: nothing flows back
+    const Acc a = ps_roi_align_sample_y(g, i, 0), b = ps_roi_align_sample_y(g, i, g.grid_h - 1);
+    const Acc lo = a < b ? a : b, hi = a < b ? b : a;  // monotone in the sample index
+    return !(hi < static_cast<Acc>(row_first) - Acc(2)) && !(lo > static_cast<Acc>(row_last) + Acc(2));
+  }
+  template <typename Acc>
+  static __device__ __forceinline__ void scatter(const Params&, const PsRoiAlignGeometry<Acc>& g, Acc grad, int i, int j,
+                                                 std::int64_t height, std::int64_t width, const TileSum<Acc>& tile,
+                                                 std::int64_t row_first, std::int64_t row_last, int lane) {
+    const Acc per_sample = grad / g.count;
+    const int grid_w = static_cast<int>(g.grid_w);
+    const int samples = static_cast<int>(g.grid_h) * grid_w;  // grids are at most 1024 a side
+    for (int sample = lane; sample < samples; sample += 32) {
+      const int iy = sample / grid_w, ix = sample - iy * grid_w;
+      const BilinearAxis<Acc, std::int64_t> ay = bilinear_axis(ps_roi_align_sample_y(g, i, iy), height);
+      if (!ay.valid || ay.high < row_first || ay.low > row_last) continue;
+      const BilinearAxis<Acc, std::int64_t> ax = bilinear_axis(ps_roi_align_sample_x(g, j, ix), width);
+      if (!ax.valid) continue;
+      const std::int64_t low = ay.low * width, high = ay.high * width;
+      tile.add(low + ax.low, per_sample * (ay.w_low * ax.w_low));
+      tile.add(low + ax.high, per_sample * (ay.w_low * ax.w_high));
+      tile.add(high + ax.low, per_sample * (ay.w_high * ax.w_low));
+      tile.add(high + ax.high, per_sample * (ay.w_high * ax.w_high));
+    }
+  }
+};
+
+// ps_roi_pool's bin (i, j): grad / area to each of its pixels (the backward's bins, ps_roi_pool_bin).
+struct PoolTiles {
+  using Params = PsRoiPoolParams;
+  template <typename T>
+  static __device__ __forceinline__ PsRoiPoolGeometry geometry(const Params& p, const T* roi, std::int64_t batch) {
+    return ps_roi_pool_geometry<T, acc_t<T>>(p, roi, batch);
+  }
+  template <typename Acc>
+  static __device__ __forceinline__ PsRoiPoolBin bin(const Params& p, const PsRoiPoolGeometry& g, int i, int j,
+                                                     std::int64_t height, std::int64_t width) {
+    return ps_roi_pool_bin<Acc>(p, g, height, width, i, j, PsRoiPoolPass::kBackward);
+  }
+  template <typename Acc>
+  static __device__ __forceinline__ bool reaches(const Params& p, const PsRoiPoolGeometry& g, int i, int j,
+                                                 std::int64_t height, std::int64_t width, std::int64_t row_first,
+                                                 std::int64_t row_last) {
+    const PsRoiPoolBin b = bin<Acc>(p, g, i, j, height, width);
+    return !b.empty() && b.rows.end > row_first && b.rows.begin <= row_last;
+  }
+  template <typename Acc>
+  static __device__ __forceinline__ void scatter(const Params& p, const PsRoiPoolGeometry& g, Acc grad, int i, int j,
+                                                 std::int64_t height, std::int64_t width, const TileSum<Acc>& tile,
+                                                 std::int64_t row_first, std::int64_t row_last, int lane) {
+    const PsRoiPoolBin b = bin<Acc>(p, g, i, j, height, width);
+    const Acc share = grad / static_cast<Acc>(b.area());
+    const std::int64_t r0 = b.rows.begin > row_first ? b.rows.begin : row_first;
+    const std::int64_t r1 = b.rows.end < row_last + 1 ? b.rows.end : row_last + 1;
+    const int cols = static_cast<int>(b.cols.end - b.cols.begin);
+    const int pixels = static_cast<int>(r1 - r0) * cols;  // the bin's pixels in the tile's rows (this path: planes of at most kMaxPlaneTiles tiles)
+    for (int e = lane; e < pixels; e += 32) {
+      const int r = e / cols;
+      tile.add((r0 + r) * width + b.cols.begin + (e - r * cols), share);
+    }
+  }
+};
+
+template <typename T, typename Tiles>
+__global__ void __launch_bounds__(kTileThreads)
+    ps_roi_backward_tiles_kernel(typename Tiles::Params p, PsRoiShape s, PlaneTiles tiles,
+                                 const T* __restrict__ grad_output, RoiGradStrides go, const T* __restrict__ rois,
+                                 T* __restrict__ grad_input, unsigned long long* __restrict__ first_invalid_roi) {
+  using Acc = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char ps_roi_tile_smem[];
+  Acc* sum = reinterpret_cast<Acc*>(ps_roi_tile_smem);
+  const std::int64_t block = blockIdx.x;
+  const std::int64_t tile = block % tiles.count, plane_index = block / tiles.count;  // plane_index = n * C_in + c_in
+  const std::int64_t c_in = plane_index % s.channels, n = plane_index / s.channels;
+  const std::int64_t begin = tile * tiles.elements;
+  const int len = static_cast<int>(tiles.plane - begin < tiles.elements ? tiles.plane - begin : tiles.elements);
+  const std::int64_t row_first = begin / s.width, row_last = (begin + len - 1) / s.width;
+  for (int i = threadIdx.x; i < len; i += blockDim.x) sum[i] = Acc(0);
+  __syncthreads();
+  const Bin bin = bin_of(static_cast<int>(c_in), static_cast<int>(p.pooled_height), static_cast<int>(p.pooled_width));
+  const TileSum<Acc> tile_sum{sum, begin, len};
+  const int lane = threadIdx.x % 32;
+  const int warps = blockDim.x / 32;
+  for (std::int64_t base = static_cast<std::int64_t>(threadIdx.x / 32) * 32; base < s.num_rois;
+       base += static_cast<std::int64_t>(warps) * 32) {
+    const std::int64_t k = base + lane;
+    bool reaches = false;
+    if (k < s.num_rois) {
+      const auto g = Tiles::geometry(p, rois + k * 5, s.batch);
+      if (g.batch < 0 && block == 0) report_first_invalid(first_invalid_roi, k);
+      reaches = g.batch == n &&
+                Tiles::template reaches<Acc>(p, g, bin.y, bin.x, s.height, s.width, row_first, row_last);
+    }
+    for (unsigned todo = __ballot_sync(kFullMask, reaches); todo != 0; todo &= todo - 1) {
+      const std::int64_t kk = base + (__ffs(todo) - 1);
+      const auto g = Tiles::geometry(p, rois + kk * 5, s.batch);
+      const Acc grad = to_acc<Acc>(load_readonly(grad_output + go.offset(kk, bin.out_channel, bin.y, bin.x)));
+      Tiles::scatter(p, g, grad, bin.y, bin.x, s.height, s.width, tile_sum, row_first, row_last, lane);
+    }
+  }
+  __syncthreads();
+  T* out = grad_input + plane_index * tiles.plane + begin;
+  for (int i = threadIdx.x; i < len; i += blockDim.x) out[i] = from_acc<T>(sum[i]);
+}
+
+PlaneTiles backward_tiles(const PsRoiShape& s, DType dtype) {
+  return plane_tiles(s.height, s.width, s.batch * s.channels, dtype == DType::kFloat64 ? sizeof(double) : sizeof(float));
+}
+
+// ps_roi_backward_tiles_kernel<T, Tiles> over grad_input's planes and tiles.
+template <typename Tiles>
+void launch_tiles(const char* what, const typename Tiles::Params& params, const PsRoiBackwardArgs& args, DType dtype,
+                  cudaStream_t stream) {
+  const PsRoiShape& s = args.shape;
+  const PlaneTiles tiles = backward_tiles(s, dtype);
+  if (tiles.count == 0) {
+    throw std::invalid_argument(std::string(what) + ": grad_input given for a plane the tile kernel does not take");
+  }
+  dispatch_floating(dtype, what, [&](auto tag) {
+    using T = type_of<decltype(tag)>;
+    auto* kernel = &ps_roi_backward_tiles_kernel<T, Tiles>;
+    if (tiles.smem > 48 * 1024) {
+      DETOPS_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(tiles.smem)));
+    }
+    const std::int64_t blocks = s.batch * s.channels * tiles.count;
+    kernel<<<static_cast<unsigned>(blocks), kTileThreads, tiles.smem, stream>>>(
+        params, s, tiles, static_cast<const T*>(args.grad_output), roi_grad_strides(args),
+        static_cast<const T*>(args.rois), static_cast<T*>(args.grad_input), args.first_invalid_roi);
+    DETOPS_CHECK_LAUNCH();
+  });
+}
+
 // kernel<<<blocks, kThreads, smem, stream>>>(args...), each argument as the kernel's parameter type (kernel_arg).
 template <typename... Params, typename... Args>
 void launch_with_smem(void (*kernel)(Params...), unsigned blocks, std::size_t smem, cudaStream_t stream,
@@ -463,9 +654,9 @@ void launch_with_smem(void (*kernel)(Params...), unsigned blocks, std::size_t sm
 // (params, shape, use_lists, args...): use_lists when the op asks for lists_per_warp > 0 lists and a block's fit
 // kMaxListBytes of dynamic shared memory (ps_roi_align; ps_roi_pool asks for none).
 template <typename Params, typename KernelOf, typename... Args>
-void launch_items(const char* what, DType dtype, const Params& params, const PsRoiShape& s,
+void launch_items(const char* what, DType dtype, const Params& params, const PsRoiShape& s, ItemPlan plan,
                   std::int64_t lists_per_warp, cudaStream_t stream, KernelOf&& kernel_of, const Args&... args) {
-  const std::int64_t items = s.num_rois * ((s.channels + kChunk - 1) / kChunk);
+  const std::int64_t items = s.num_rois * ((s.channels + plan.chunk - 1) / plan.chunk);
   if (items == 0) return;
   const bool fits32 = s.height * s.width < (std::int64_t{1} << 31);
   dispatch_floating(dtype, what, [&](auto tag) {
@@ -475,7 +666,7 @@ void launch_items(const char* what, DType dtype, const Params& params, const PsR
       const std::size_t bytes = lists_per_warp > 0 ? kWarps * align_warp_bytes<acc_t<T>, Index>(lists_per_warp) : 0;
       const bool lists = lists_per_warp > 0 && bytes <= kMaxListBytes;
       launch_with_smem(kernel_of(tag, index_tag), grid_for(items * 32, kThreads), lists ? bytes : 0, stream, params, s,
-                       lists, args...);
+                       plan, lists, args...);
     };
     fits32 ? run(TypeTag<std::int32_t>{}) : run(TypeTag<std::int64_t>{});
   });
@@ -485,14 +676,19 @@ void launch_items(const char* what, DType dtype, const Params& params, const PsR
 
 void launch_ps_roi_align_forward(const PsRoiAlignParams& params, const PsRoiForwardArgs& args, DType dtype,
                                  cudaStream_t stream) {
-  launch_items("ps_roi_align_forward", dtype, params, args.shape, align_lists(params), stream,
+  launch_items("ps_roi_align_forward", dtype, params, args.shape, kAlignForwardPlan, align_lists(params), stream,
                [](auto t, auto i) { return &ps_roi_align_forward_kernel<type_of<decltype(t)>, type_of<decltype(i)>>; },
                args.input, args.rois, args.output, args.channel_mapping, args.first_invalid_roi);
 }
 
+bool ps_roi_backward_writes_grad_input(const PsRoiShape& shape, DType dtype) {
+  return backward_tiles(shape, dtype).count > 0;
+}
+
 void launch_ps_roi_align_backward(const PsRoiAlignParams& params, const PsRoiBackwardArgs& args, DType dtype,
                                   cudaStream_t stream) {
-  launch_items("ps_roi_align_backward", dtype, params, args.shape, align_lists(params), stream,
+  if (args.grad_input != nullptr) return launch_tiles<AlignTiles>("ps_roi_align_backward", params, args, dtype, stream);
+  launch_items("ps_roi_align_backward", dtype, params, args.shape, kAlignBackwardPlan, align_lists(params), stream,
                [](auto t, auto i) { return &ps_roi_align_backward_kernel<type_of<decltype(t)>, type_of<decltype(i)>>; },
                args.grad_output, roi_grad_strides(args), args.rois, args.grad_input_acc, args.first_invalid_roi);
 }
@@ -513,7 +709,8 @@ void launch_ps_roi_pool_forward(const PsRoiPoolParams& params, const PsRoiForwar
 
 void launch_ps_roi_pool_backward(const PsRoiPoolParams& params, const PsRoiBackwardArgs& args, DType dtype,
                                  cudaStream_t stream) {
-  launch_items("ps_roi_pool_backward", dtype, params, args.shape, 0, stream,
+  if (args.grad_input != nullptr) return launch_tiles<PoolTiles>("ps_roi_pool_backward", params, args, dtype, stream);
+  launch_items("ps_roi_pool_backward", dtype, params, args.shape, kPoolBackwardPlan, 0, stream,
                [](auto t, auto i) { return &ps_roi_pool_backward_kernel<type_of<decltype(t)>, type_of<decltype(i)>>; },
                args.grad_output, roi_grad_strides(args), args.rois, args.grad_input_acc, args.first_invalid_roi);
 }
@@ -530,6 +727,14 @@ const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, con
   register_instantiation("ps_roi_pool", "ps_roi_pool_forward_kernel", targs + ",true",
                          &ps_roi_pool_forward_kernel<T, Index, true>);
   register_instantiation("ps_roi_pool", "ps_roi_pool_backward_kernel", targs, &ps_roi_pool_backward_kernel<T, Index>);
+});
+
+const bool kTilesRegistered = for_each_floating_type([](auto t, const char* name) {
+  using T = typename decltype(t)::type;
+  register_instantiation("ps_roi_align", "ps_roi_backward_tiles_kernel", std::string(name) + ",AlignTiles",
+                         &ps_roi_backward_tiles_kernel<T, AlignTiles>);
+  register_instantiation("ps_roi_pool", "ps_roi_backward_tiles_kernel", std::string(name) + ",PoolTiles",
+                         &ps_roi_backward_tiles_kernel<T, PoolTiles>);
 });
 
 }  // namespace
