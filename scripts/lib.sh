@@ -171,6 +171,23 @@ detops_gpu_list() {  # the GPUs this job may use, comma-separated: CUDA_VISIBLE_
   "${DETOPS_PYTHON:-python3}" "$DETOPS_ROOT/scripts/shard_suite.py" --list-gpus || true
 }
 
+# shard_suite.py's arguments that make the suite step wait for the peer suite beside it (run.sh), one per line:
+# --serial-after OUT/peer_pytest.rc, then --serial-after-log and each of the N processes' logs (peer_pytest.log,
+# peer_pytest-1.log, ...), whose progress the waiting line follows. (Its own function, tested under set -euo pipefail:
+# the inline loop it replaces built each name with "$([ "$i" -gt 0 ] && echo "-$i")" inside an array assignment,
+# which takes the substitution's status, so set -e ended run.sh at process 0 on every machine with a GPU.)
+detops_peer_wait_args() {  # OUT N
+  local out=$1 n=$2 i
+  printf '%s\n' --serial-after "$out/peer_pytest.rc"
+  for ((i = 0; i < n; i++)); do
+    if [ "$i" -eq 0 ]; then
+      printf '%s\n' --serial-after-log "$out/peer_pytest.log"
+    else
+      printf '%s\n' --serial-after-log "$out/peer_pytest-$i.log"
+    fi
+  done
+}
+
 detops_use_reference_cache() {  # DEFAULT_DIR: export DETOPS_REFERENCE_CACHE (the caller's value wins; empty: off),
   export DETOPS_REFERENCE_CACHE="${DETOPS_REFERENCE_CACHE-$1}"  # pruned to DETOPS_REFERENCE_CACHE_GB (default 20)
   [ -z "$DETOPS_REFERENCE_CACHE" ] || detops_prune_reference_cache "$DETOPS_REFERENCE_CACHE" "${DETOPS_REFERENCE_CACHE_GB:-20}"

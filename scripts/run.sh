@@ -152,10 +152,7 @@ if [ "$gpu" != no-gpu ] && peer_available; then
     echo $worst >"$out/peer_pytest.rc"
   ) &
   peer_pid=$!
-  after_args=(--serial-after "$out/peer_pytest.rc")
-  for i in "${!peer_gpus[@]}"; do
-    after_args+=(--serial-after-log "$out/peer_pytest$([ "$i" -gt 0 ] && echo "-$i").log")
-  done
+  mapfile -t after_args < <(detops_peer_wait_args "$out" "${#peer_gpus[@]}")
 fi
 detops_log "[2/5] correctness suite (filter $filter, $shards processes); record: ${out#$DETOPS_ROOT/}"
 start=$(date +%s)

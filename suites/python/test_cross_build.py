@@ -458,6 +458,22 @@ def test_the_peer_suite_splits_by_the_newest_earlier_times(tmp_path):
     assert str(older) not in ":".join(got)
 
 
+def test_the_suite_step_waits_for_every_peer_process():
+    """scripts/lib.sh's detops_peer_wait_args (run.sh, with a GPU): shard_suite waits for peer_pytest.rc and follows
+    each peer process's log, and the function survives set -euo pipefail (its inline predecessor ended run.sh with
+    status 1 right after starting the peer suite: an array assignment took a failing test's status)."""
+    def args(n):
+        r = subprocess.run(["bash", "-c", f'set -euo pipefail; source "{ROOT}/scripts/lib.sh" >/dev/null; '
+                                          f'mapfile -t a < <(detops_peer_wait_args /o {n}); printf "%s|" "${{a[@]}}"; '
+                                          'echo end'], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    assert args(1) == "--serial-after|/o/peer_pytest.rc|--serial-after-log|/o/peer_pytest.log|end"
+    assert args(3) == ("--serial-after|/o/peer_pytest.rc|--serial-after-log|/o/peer_pytest.log|"
+                       "--serial-after-log|/o/peer_pytest-1.log|--serial-after-log|/o/peer_pytest-2.log|end")
+
+
 def test_run_sh_and_the_shards_see_the_same_gpus(tmp_path):
     """scripts/lib.sh's detops_gpu_list (run.sh: one GPU or several?) asks shard_suite.py --list-gpus, so both follow
     one rule: CUDA_VISIBLE_DEVICES when set (an empty value: no GPU, not every GPU nvidia-smi lists), else
