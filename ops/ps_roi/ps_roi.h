@@ -22,17 +22,7 @@ struct PsRoiForwardArgs : RoiForwardArgs {
 
 // grad_output is [num_rois, C_out, ph, pw]. The channel of every element follows from its position (see
 // PsRoiForwardArgs); no mapping is read.
-struct PsRoiBackwardArgs : RoiBackwardArgs {
-  // CUDA only, optional: grad_input [batch, C_in, height, width] in the input dtype, contiguous and uninitialized,
-  // for the plane-tile kernels (common/plane_tiles.h), which write every element of it; given only when
-  // ps_roi_backward_writes_grad_input says they take the shape, and grad_input_acc is then unused. Without it the
-  // launchers add into the zeroed grad_input_acc with global atomics.
-  void* grad_input = nullptr;
-};
-
-// Whether the CUDA backwards take grad_input (the plane-tile kernels) for this map and dtype: planes of at most
-// kMaxPlaneTiles shared-memory tiles.
-bool ps_roi_backward_writes_grad_input(const PsRoiShape& shape, DType dtype);
+using PsRoiBackwardArgs = RoiBackwardArgs;
 
 // CPU: invalid rois produce zeros (the framework layer rejects them before calling). The forwards split
 // over rois, the backwards run serially (they scatter) and are therefore deterministic.

@@ -2,12 +2,14 @@
 //
 // Element (k, c, i, j) reads (scatters to) its own input plane, channel c_in = (c * ph + i) * pw + j, so one thread
 // per element had the 32 lanes of a warp on 32 planes: every load or atomic a separate sector. Here a warp works
-// on one item, (roi k, a chunk of kChunk consecutive channels c_in), split into teams of T lanes (T a power of two,
+// on one item, (roi k, a chunk of consecutive channels c_in), split into teams of T lanes (T a power of two,
 // chosen per item from the width of the roi's bins): team t takes the chunk's elements t, t + 32 / T, ..., so the
 // teams of a warp are neighbours in the output; within a team, the lanes take consecutive pixel columns of the bin
 // and loop over its rows (and over further columns when the bin is wider than the team), so a team's loads and
 // atomics hit consecutive addresses of one row. A team's partial sums are reduced with shuffles in a fixed order
-// (the forward stays deterministic).
+// (the forward stays deterministic). The items' size and order (ItemPlan): the forward's chunks of 64 channels roi
+// by roi; the backwards' chunks of 16 (ps_roi_align) and 8 (ps_roi_pool) chunk by chunk, every roi's first chunk
+// first, so the atomics in flight fall on a few channels' planes and stay in L2 (H200, docs/ops/ps_roi.md).
 //
 // ps_roi_align reads each pixel a bin touches once (the separable form in ps_roi_kernel.cuh): the warp's lanes
 // first build the roi's ph row lists and pw column lists of merged taps (one list per lane, in shared memory),
@@ -24,12 +26,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "common/dispatch.h"
 #include "common/kernel_launch.cuh"
-#include "common/plane_tiles.h"
 #include "common/readonly_load.h"
 #include "common/roi_cuda.cuh"
 #include "detops/core/cuda_check.h"
@@ -307,8 +306,8 @@ __device__ __forceinline__ AlignItem align_item_setup(const PsRoiAlignParams& p,
 
 template <typename T, typename Index>
 __global__ void __launch_bounds__(kThreads)
-    ps_roi_align_forward_kernel(PsRoiAlignParams p, PsRoiShape s, ItemPlan plan, bool use_lists, const T* __restrict__ input,
-                                const T* __restrict__ rois, T* __restrict__ output,
+    ps_roi_align_forward_kernel(PsRoiAlignParams p, PsRoiShape s, ItemPlan plan, bool use_lists,
+                                const T* __restrict__ input, const T* __restrict__ rois, T* __restrict__ output,
                                 std::int32_t* __restrict__ channel_mapping,
                                 unsigned long long* __restrict__ first_invalid_roi) {
   using Acc = acc_t<T>;
@@ -348,8 +347,9 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, typename Index>
 __global__ void __launch_bounds__(kThreads)
-    ps_roi_align_backward_kernel(PsRoiAlignParams p, PsRoiShape s, ItemPlan plan, bool use_lists, const T* __restrict__ grad_output,
-                                 RoiGradStrides go, const T* __restrict__ rois, acc_t<T>* __restrict__ grad_input,
+    ps_roi_align_backward_kernel(PsRoiAlignParams p, PsRoiShape s, ItemPlan plan, bool use_lists,
+                                 const T* __restrict__ grad_output, RoiGradStrides go, const T* __restrict__ rois,
+                                 acc_t<T>* __restrict__ grad_input,
                                  unsigned long long* __restrict__ first_invalid_roi) {
   using Acc = acc_t<T>;
   extern __shared__ __align__(16) unsigned char ps_roi_smem[];
@@ -474,173 +474,6 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
-// The plane-tile backwards (common/plane_tiles.h). Block (n, c_in, tile) owns flat pixels [begin, begin + len) of
-// channel c_in's plane of image n: rows row_first .. row_last, the first and the last possibly in part. Channel c_in
-// is one bin (i, j) of every roi, so the block's warps take the rois 32 at a time (a lane each: its geometry, its
-// image, whether its bin (i, j) may reach the tile's rows), ballot those that may, and scatter each one's bin, the
-// lanes on its samples (ps_roi_align: per sample, the four bilinear taps) or on its pixels (ps_roi_pool), into the
-// tile's shared-memory sum; the tile is then written once in T. Invalid rois are reported by block 0, which sees
-// every roi.
-constexpr int kTileThreads = 512;
-
-// A tile's shared-memory sum: add(flat pixel, v) adds where the pixel is the tile's.
-template <typename Acc>
-struct TileSum {
-  Acc* sum;
-  std::int64_t begin;
-  int len;
-  __device__ __forceinline__ void add(std::int64_t flat, Acc v) const {
-    const std::int64_t o = flat - begin;
-    if (o >= 0 && o < len) atomicAdd(sum + o, v);
-  }
-};
-
-// ps_roi_align's bin (i, j) per sample. `reaches` may say yes for a bin that adds nothing to the tile (NaN positions
-// included), never no for one that does: a sample at y taps rows floor(y) and floor(y) + 1 (clamped into the map).
-struct AlignTiles {
-  using Params = PsRoiAlignParams;
-  template <typename T>
-  static __device__ __forceinline__ PsRoiAlignGeometry<acc_t<T>> geometry(const Params& p, const T* roi,
-                                                                          std::int64_t batch) {
-    return ps_roi_align_geometry<T, acc_t<T>>(p, roi, batch);
-  }
-  template <typename Acc>
-  static __device__ __forceinline__ bool reaches(const Params&, const PsRoiAlignGeometry<Acc>& g, int i, int,
-                                                 std::int64_t, std::int64_t, std::int64_t row_first,
-                                                 std::int64_t row_last) {
-    if (g.count == Acc(0) || g.grid_h <= 0 || g.grid_w <= 0) return false;  // no samples: nothing flows back
-    const Acc a = ps_roi_align_sample_y(g, i, 0), b = ps_roi_align_sample_y(g, i, g.grid_h - 1);
-    const Acc lo = a < b ? a : b, hi = a < b ? b : a;  // monotone in the sample index
-    return !(hi < static_cast<Acc>(row_first) - Acc(2)) && !(lo > static_cast<Acc>(row_last) + Acc(2));
-  }
-  template <typename Acc>
-  static __device__ __forceinline__ void scatter(const Params&, const PsRoiAlignGeometry<Acc>& g, Acc grad, int i, int j,
-                                                 std::int64_t height, std::int64_t width, const TileSum<Acc>& tile,
-                                                 std::int64_t row_first, std::int64_t row_last, int lane) {
-    const Acc per_sample = grad / g.count;
-    const int grid_w = static_cast<int>(g.grid_w);
-    const int samples = static_cast<int>(g.grid_h) * grid_w;  // grids are at most 1024 a side
-    for (int sample = lane; sample < samples; sample += 32) {
-      const int iy = sample / grid_w, ix = sample - iy * grid_w;
-      const BilinearAxis<Acc, std::int64_t> ay = bilinear_axis(ps_roi_align_sample_y(g, i, iy), height);
-      if (!ay.valid || ay.high < row_first || ay.low > row_last) continue;
-      const BilinearAxis<Acc, std::int64_t> ax = bilinear_axis(ps_roi_align_sample_x(g, j, ix), width);
-      if (!ax.valid) continue;
-      const std::int64_t low = ay.low * width, high = ay.high * width;
-      tile.add(low + ax.low, per_sample * (ay.w_low * ax.w_low));
-      tile.add(low + ax.high, per_sample * (ay.w_low * ax.w_high));
-      tile.add(high + ax.low, per_sample * (ay.w_high * ax.w_low));
-      tile.add(high + ax.high, per_sample * (ay.w_high * ax.w_high));
-    }
-  }
-};
-
-// ps_roi_pool's bin (i, j): grad / area to each of its pixels (the backward's bins, ps_roi_pool_bin).
-struct PoolTiles {
-  using Params = PsRoiPoolParams;
-  template <typename T>
-  static __device__ __forceinline__ PsRoiPoolGeometry geometry(const Params& p, const T* roi, std::int64_t batch) {
-    return ps_roi_pool_geometry<T, acc_t<T>>(p, roi, batch);
-  }
-  template <typename Acc>
-  static __device__ __forceinline__ PsRoiPoolBin bin(const Params& p, const PsRoiPoolGeometry& g, int i, int j,
-                                                     std::int64_t height, std::int64_t width) {
-    return ps_roi_pool_bin<Acc>(p, g, height, width, i, j, PsRoiPoolPass::kBackward);
-  }
-  template <typename Acc>
-  static __device__ __forceinline__ bool reaches(const Params& p, const PsRoiPoolGeometry& g, int i, int j,
-                                                 std::int64_t height, std::int64_t width, std::int64_t row_first,
-                                                 std::int64_t row_last) {
-    const PsRoiPoolBin b = bin<Acc>(p, g, i, j, height, width);
-    return !b.empty() && b.rows.end > row_first && b.rows.begin <= row_last;
-  }
-  template <typename Acc>
-  static __device__ __forceinline__ void scatter(const Params& p, const PsRoiPoolGeometry& g, Acc grad, int i, int j,
-                                                 std::int64_t height, std::int64_t width, const TileSum<Acc>& tile,
-                                                 std::int64_t row_first, std::int64_t row_last, int lane) {
-    const PsRoiPoolBin b = bin<Acc>(p, g, i, j, height, width);
-    const Acc share = grad / static_cast<Acc>(b.area());
-    const std::int64_t r0 = b.rows.begin > row_first ? b.rows.begin : row_first;
-    const std::int64_t r1 = b.rows.end < row_last + 1 ? b.rows.end : row_last + 1;
-    const int cols = static_cast<int>(b.cols.end - b.cols.begin);
-    const int pixels = static_cast<int>(r1 - r0) * cols;  // the bin's pixels in the tile's rows (this path: planes of at most kMaxPlaneTiles tiles)
-    for (int e = lane; e < pixels; e += 32) {
-      const int r = e / cols;
-      tile.add((r0 + r) * width + b.cols.begin + (e - r * cols), share);
-    }
-  }
-};
-
-template <typename T, typename Tiles>
-__global__ void __launch_bounds__(kTileThreads)
-    ps_roi_backward_tiles_kernel(typename Tiles::Params p, PsRoiShape s, PlaneTiles tiles,
-                                 const T* __restrict__ grad_output, RoiGradStrides go, const T* __restrict__ rois,
-                                 T* __restrict__ grad_input, unsigned long long* __restrict__ first_invalid_roi) {
-  using Acc = acc_t<T>;
-  extern __shared__ __align__(16) unsigned char ps_roi_tile_smem[];
-  Acc* sum = reinterpret_cast<Acc*>(ps_roi_tile_smem);
-  const std::int64_t block = blockIdx.x;
-  const std::int64_t tile = block % tiles.count, plane_index = block / tiles.count;  // plane_index = n * C_in + c_in
-  const std::int64_t c_in = plane_index % s.channels, n = plane_index / s.channels;
-  const std::int64_t begin = tile * tiles.elements;
-  const int len = static_cast<int>(tiles.plane - begin < tiles.elements ? tiles.plane - begin : tiles.elements);
-  const std::int64_t row_first = begin / s.width, row_last = (begin + len - 1) / s.width;
-  for (int i = threadIdx.x; i < len; i += blockDim.x) sum[i] = Acc(0);
-  __syncthreads();
-  const Bin bin = bin_of(static_cast<int>(c_in), static_cast<int>(p.pooled_height), static_cast<int>(p.pooled_width));
-  const TileSum<Acc> tile_sum{sum, begin, len};
-  const int lane = threadIdx.x % 32;
-  const int warps = blockDim.x / 32;
-  for (std::int64_t base = static_cast<std::int64_t>(threadIdx.x / 32) * 32; base < s.num_rois;
-       base += static_cast<std::int64_t>(warps) * 32) {
-    const std::int64_t k = base + lane;
-    bool reaches = false;
-    if (k < s.num_rois) {
-      const auto g = Tiles::geometry(p, rois + k * 5, s.batch);
-      if (g.batch < 0 && block == 0) report_first_invalid(first_invalid_roi, k);
-      reaches = g.batch == n &&
-                Tiles::template reaches<Acc>(p, g, bin.y, bin.x, s.height, s.width, row_first, row_last);
-    }
-    for (unsigned todo = __ballot_sync(kFullMask, reaches); todo != 0; todo &= todo - 1) {
-      const std::int64_t kk = base + (__ffs(todo) - 1);
-      const auto g = Tiles::geometry(p, rois + kk * 5, s.batch);
-      const Acc grad = to_acc<Acc>(load_readonly(grad_output + go.offset(kk, bin.out_channel, bin.y, bin.x)));
-      Tiles::scatter(p, g, grad, bin.y, bin.x, s.height, s.width, tile_sum, row_first, row_last, lane);
-    }
-  }
-  __syncthreads();
-  T* out = grad_input + plane_index * tiles.plane + begin;
-  for (int i = threadIdx.x; i < len; i += blockDim.x) out[i] = from_acc<T>(sum[i]);
-}
-
-PlaneTiles backward_tiles(const PsRoiShape& s, DType dtype) {
-  return plane_tiles(s.height, s.width, s.batch * s.channels, dtype == DType::kFloat64 ? sizeof(double) : sizeof(float));
-}
-
-// ps_roi_backward_tiles_kernel<T, Tiles> over grad_input's planes and tiles.
-template <typename Tiles>
-void launch_tiles(const char* what, const typename Tiles::Params& params, const PsRoiBackwardArgs& args, DType dtype,
-                  cudaStream_t stream) {
-  const PsRoiShape& s = args.shape;
-  const PlaneTiles tiles = backward_tiles(s, dtype);
-  if (tiles.count == 0) {
-    throw std::invalid_argument(std::string(what) + ": grad_input given for a plane the tile kernel does not take");
-  }
-  dispatch_floating(dtype, what, [&](auto tag) {
-    using T = type_of<decltype(tag)>;
-    auto* kernel = &ps_roi_backward_tiles_kernel<T, Tiles>;
-    if (tiles.smem > 48 * 1024) {
-      DETOPS_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(tiles.smem)));
-    }
-    const std::int64_t blocks = s.batch * s.channels * tiles.count;
-    kernel<<<static_cast<unsigned>(blocks), kTileThreads, tiles.smem, stream>>>(
-        params, s, tiles, static_cast<const T*>(args.grad_output), roi_grad_strides(args),
-        static_cast<const T*>(args.rois), static_cast<T*>(args.grad_input), args.first_invalid_roi);
-    DETOPS_CHECK_LAUNCH();
-  });
-}
-
 // kernel<<<blocks, kThreads, smem, stream>>>(args...), each argument as the kernel's parameter type (kernel_arg).
 template <typename... Params, typename... Args>
 void launch_with_smem(void (*kernel)(Params...), unsigned blocks, std::size_t smem, cudaStream_t stream,
@@ -651,7 +484,7 @@ void launch_with_smem(void (*kernel)(Params...), unsigned blocks, std::size_t sm
 }
 
 // Launch: warps over (roi, chunk) items, grid_for's cap on blocks; Index by the plane size. The kernels take
-// (params, shape, use_lists, args...): use_lists when the op asks for lists_per_warp > 0 lists and a block's fit
+// (params, shape, plan, use_lists, args...): use_lists when the op asks for lists_per_warp > 0 lists and a block's fit
 // kMaxListBytes of dynamic shared memory (ps_roi_align; ps_roi_pool asks for none).
 template <typename Params, typename KernelOf, typename... Args>
 void launch_items(const char* what, DType dtype, const Params& params, const PsRoiShape& s, ItemPlan plan,
@@ -681,13 +514,8 @@ void launch_ps_roi_align_forward(const PsRoiAlignParams& params, const PsRoiForw
                args.input, args.rois, args.output, args.channel_mapping, args.first_invalid_roi);
 }
 
-bool ps_roi_backward_writes_grad_input(const PsRoiShape& shape, DType dtype) {
-  return backward_tiles(shape, dtype).count > 0;
-}
-
 void launch_ps_roi_align_backward(const PsRoiAlignParams& params, const PsRoiBackwardArgs& args, DType dtype,
                                   cudaStream_t stream) {
-  if (args.grad_input != nullptr) return launch_tiles<AlignTiles>("ps_roi_align_backward", params, args, dtype, stream);
   launch_items("ps_roi_align_backward", dtype, params, args.shape, kAlignBackwardPlan, align_lists(params), stream,
                [](auto t, auto i) { return &ps_roi_align_backward_kernel<type_of<decltype(t)>, type_of<decltype(i)>>; },
                args.grad_output, roi_grad_strides(args), args.rois, args.grad_input_acc, args.first_invalid_roi);
@@ -709,7 +537,6 @@ void launch_ps_roi_pool_forward(const PsRoiPoolParams& params, const PsRoiForwar
 
 void launch_ps_roi_pool_backward(const PsRoiPoolParams& params, const PsRoiBackwardArgs& args, DType dtype,
                                  cudaStream_t stream) {
-  if (args.grad_input != nullptr) return launch_tiles<PoolTiles>("ps_roi_pool_backward", params, args, dtype, stream);
   launch_items("ps_roi_pool_backward", dtype, params, args.shape, kPoolBackwardPlan, 0, stream,
                [](auto t, auto i) { return &ps_roi_pool_backward_kernel<type_of<decltype(t)>, type_of<decltype(i)>>; },
                args.grad_output, roi_grad_strides(args), args.rois, args.grad_input_acc, args.first_invalid_roi);
@@ -727,14 +554,6 @@ const bool kRegistered = for_each_floating_and_index_type([](auto t, auto i, con
   register_instantiation("ps_roi_pool", "ps_roi_pool_forward_kernel", targs + ",true",
                          &ps_roi_pool_forward_kernel<T, Index, true>);
   register_instantiation("ps_roi_pool", "ps_roi_pool_backward_kernel", targs, &ps_roi_pool_backward_kernel<T, Index>);
-});
-
-const bool kTilesRegistered = for_each_floating_type([](auto t, const char* name) {
-  using T = typename decltype(t)::type;
-  register_instantiation("ps_roi_align", "ps_roi_backward_tiles_kernel", std::string(name) + ",AlignTiles",
-                         &ps_roi_backward_tiles_kernel<T, AlignTiles>);
-  register_instantiation("ps_roi_pool", "ps_roi_backward_tiles_kernel", std::string(name) + ",PoolTiles",
-                         &ps_roi_backward_tiles_kernel<T, PoolTiles>);
 });
 
 }  // namespace

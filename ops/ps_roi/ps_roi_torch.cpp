@@ -128,18 +128,13 @@ at::Tensor backward(const at::Tensor& grad, const at::Tensor& rois, const at::Te
   TORCH_CHECK_VALUE(channel_mapping.sizes() == at::IntArrayRef(expected), Op::kName,
                     ": channel_mapping must have grad's shape ", shape_string(expected), "; got ",
                     shape_string(channel_mapping.sizes()));
-  // CUDA, where the plane-tile kernels take the map: grad_input in grad's dtype, written whole by the kernel (no
-  // zeroed workspace, no rounding pass); else the zeroed accumulation workspace, rounded afterwards.
-  const bool direct = grad.is_cuda() && grad.numel() > 0 && s.batch * s.channels * s.height * s.width > 0 &&
-                      ps_roi_backward_writes_grad_input(s, dtype);
-  at::Tensor grad_in = direct ? at::empty(input_shape, grad.options()) : zeros_acc(input_shape, grad);
-  if (grad.numel() == 0 || grad_in.numel() == 0) return grad_in.to(grad.scalar_type());
+  at::Tensor grad_input_acc = zeros_acc(input_shape, grad);
+  if (grad.numel() == 0 || grad_input_acc.numel() == 0) return grad_input_acc.to(grad.scalar_type());
   const at::Tensor rois_c = rois.contiguous();
-  PsRoiBackwardArgs args{{s, grad.data_ptr(), strides4(grad), rois_c.data_ptr(), direct ? nullptr : grad_in.data_ptr()}};
-  if (direct) args.grad_input = grad_in.data_ptr();
+  PsRoiBackwardArgs args{s, grad.data_ptr(), strides4(grad), rois_c.data_ptr(), grad_input_acc.data_ptr()};
   run_roi_launcher(Op::kName, "grad", grad, rois_c, params, args, dtype,
                    Op::launch_backward, Op::cpu_backward, Op::kBackwardAlert);
-  return to_grad_dtype(grad_in, grad);
+  return to_grad_dtype(grad_input_acc, grad);
 }
 
 // Shape-only forward for meta tensors (torch.compile's fake tensors).

@@ -23,16 +23,7 @@ struct RoiPoolBackwardArgs : RoiBackwardArgs {
   // CUDA only, optional: atomically lowered to the flat index (into argmax) of the first argmax value
   // outside [-1, height * width); such elements are skipped. Initialized to ~0ull by the caller.
   unsigned long long* first_invalid_argmax = nullptr;
-  // CUDA only, optional: grad_input [batch, channels, height, width] in the input dtype, contiguous and
-  // uninitialized, for the plane-tile kernel (common/plane_tiles.h), which writes every element of it; given only
-  // when roi_pool_backward_writes_grad_input says that kernel takes the shape, and grad_input_acc is then unused.
-  // Without it the launcher adds into the zeroed grad_input_acc with global atomics.
-  void* grad_input = nullptr;
 };
-
-// Whether the CUDA backward takes grad_input (the plane-tile kernel) for this map and dtype: planes of at most
-// kMaxPlaneTiles shared-memory tiles.
-bool roi_pool_backward_writes_grad_input(const RoiPoolShape& shape, DType dtype);
 
 // CPU: invalid rois and argmax values outside [-1, H*W) are skipped as on CUDA (the framework layer
 // rejects them before calling). The forward splits over rois, the backward over channels (each channel's

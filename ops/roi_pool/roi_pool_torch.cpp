@@ -81,19 +81,13 @@ at::Tensor roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois, con
               argmax.scalar_type());
   TORCH_CHECK_VALUE(argmax.sizes() == at::IntArrayRef(expected), kOp, ": argmax must have shape ",
                     shape_string(expected), " (the shape of grad); got ", shape_string(argmax.sizes()));
-  // CUDA, where the plane-tile kernel takes the map: grad_input in grad's dtype, written whole by the kernel (no
-  // zeroed workspace, no rounding pass); else the zeroed accumulation workspace, rounded afterwards.
-  const bool direct = grad.is_cuda() && grad.numel() > 0 && s.batch * s.channels * s.height * s.width > 0 &&
-                      roi_pool_backward_writes_grad_input(s, dtype);
-  at::Tensor grad_in = direct ? at::empty(input_shape, grad.options()) : zeros_acc(input_shape, grad);
-  if (grad.numel() == 0 || grad_in.numel() == 0) return grad_in.to(grad.scalar_type());
+  at::Tensor grad_input_acc = zeros_acc(input_shape, grad);
+  if (grad.numel() == 0 || grad_input_acc.numel() == 0) return grad_input_acc.to(grad.scalar_type());
   const at::Tensor rois_c = rois.contiguous();
   const at::Tensor argmax_c = argmax.contiguous();
   const std::int64_t plane_elements = s.height * s.width;
-  RoiPoolBackwardArgs args{{s, grad.data_ptr(), strides4(grad), rois_c.data_ptr(),
-                            direct ? nullptr : grad_in.data_ptr()},
+  RoiPoolBackwardArgs args{{s, grad.data_ptr(), strides4(grad), rois_c.data_ptr(), grad_input_acc.data_ptr()},
                            argmax_c.data_ptr<std::int32_t>()};
-  if (direct) args.grad_input = grad_in.data_ptr();
   std::optional<FirstInvalidRow> invalid_argmax;  // read after the rois check, as the rois are checked first
   run_roi_op(
       kOp, "grad", grad, rois_c, s.batch,
@@ -112,7 +106,7 @@ at::Tensor roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois, con
         const std::int64_t bad = invalid_argmax->read();
         if (bad >= 0) raise_invalid_argmax(bad, argmax_c.view(-1)[bad].item<std::int32_t>(), argmax_c, plane_elements);
       });
-  return to_grad_dtype(grad_in, grad);
+  return to_grad_dtype(grad_input_acc, grad);
 }
 
 namespace {

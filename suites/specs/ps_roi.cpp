@@ -2,7 +2,6 @@
 // to run each op and its reference, bad inputs, determinism and tolerances.
 #include "kit/spec_prelude.h"
 
-#include "common/plane_tiles.h"
 #include "detops/reference/ps_roi_reference.h"
 #include "kit/feature_cases.h"
 #include "kit/half_accumulation.h"
@@ -334,27 +333,6 @@ void add_team_cases(CaseList& l, const PsRoiCaseConfig& base) {
   c.spatial_scale = 1.0; c.num_rois = 4; l.add("pooled_20x14", c);
 }
 
-// The CUDA backwards' two kernels (common/plane_tiles.h), added last in each op's list (a case added before others
-// moves their seeds). A 200 x 168 plane takes the plane-tile kernel in two shared-memory tiles in fp32 and the halves
-// (24576 pixels each: the first ends inside row 146) and three in fp64; a 512 x 400 plane (204800 pixels, past
-// kMaxPlaneTiles tiles in every dtype) takes the global-atomic kernel. Rois in both images: a bin routed to the
-// wrong plane or tile, or a tile written at the wrong offset, fails the backward. A fixed sampling grid and exact
-// bins: bins whose fp32 and fp64 sizes straddle an integer (the adaptive grid's ceil, the pool's bin edges) would
-// make the fp64 reference disagree with the dtype under test for reasons that have nothing to do with the kernels.
-void add_plane_tile_cases(CaseList& l, const PsRoiCaseConfig& base) {
-  static_assert(512 * 400 > kMaxPlaneTiles * static_cast<std::int64_t>(kPlaneTileBytes / sizeof(float)),
-                "plane_past_shared_memory_tiles must exceed the plane-tile kernels' limit in every dtype");
-  PsRoiCaseConfig c;
-  c = base; c.batch = 2; c.out_channels = 1; c.pooled_height = c.pooled_width = 7; c.height = 200; c.width = 168;
-  c.num_rois = 24; c.spatial_scale = 0.125; c.sampling_ratio = 2; c.exact_bins = true;
-  l.add("plane_in_several_shared_memory_tiles", c);
-  // One-pixel bins at exact binary positions, one roi in the far corner (kOnePixelBins): the fp32 coordinate
-  // arithmetic stays exact on a map this large (random rois there miss the fp32 tolerance by rounding alone).
-  c = base; c.batch = 2; c.out_channels = 1; c.pooled_height = c.pooled_width = 3; c.height = 512; c.width = 400;
-  c.num_rois = 16; c.spatial_scale = 1.0; c.sampling_ratio = 2; c.exact_bins = true; c.rois = RoiLayout::kOnePixelBins;
-  l.add("plane_past_shared_memory_tiles", c);
-}
-
 std::vector<OpCase> ps_roi_align_cases() {
   CaseList l(0x95A1'0000, make_case<AlignOp>);
   // The parameter grid: every sampling_ratio x pooled size x C_out, spatial_scale cycling 1/4..1/32.
@@ -415,7 +393,6 @@ std::vector<OpCase> ps_roi_align_cases() {
   c.spatial_scale = 1.0; l.add("degenerate_rois_fixed_sr3_7x7", c);
   c = base; c.rois = RoiLayout::kSubPixelBins; c.sampling_ratio = 2; c.pooled_height = c.pooled_width = 7;
   c.spatial_scale = 1.0; l.add("subpixel_bins_7x7_fixed_sr", c);
-  add_plane_tile_cases(l, base);
   return std::move(l.cases);
 }
 
@@ -494,7 +471,6 @@ std::vector<OpCase> ps_roi_pool_cases() {
   c = base; c.misaligned_input = true; c.pooled_height = c.pooled_width = 7; c.height = 30; c.width = 41;
   c.num_rois = 12; l.add("misaligned_input_7x7", c);
   c.exact_bins = true; l.add("exact_bins_misaligned_input_7x7", c);
-  add_plane_tile_cases(l, base);
   return std::move(l.cases);
 }
 
@@ -568,9 +544,8 @@ std::function<void(const at::Device&)> valid_call(const char* op, Params p) {
 }
 
 const char* const kDeterminismNote =
-    "CUDA backward scatters with atomicAdd (into shared-memory plane tiles, or past kMaxPlaneTiles tiles a plane "
-    "into the global workspace), so the summation order (and the last bits of grad_input) can vary between runs; "
-    "the forward and the CPU backward are deterministic.";
+    "CUDA backward scatters with atomicAdd, so the summation order (and the last bits of grad_input) can vary "
+    "between runs; the forward and the CPU backward are deterministic.";
 
 // Benchmark cases (docs/benchmarks.md): R-FCN style position-sensitive pooling on a 490-channel (10 x 7 x 7)
 // P2-sized map of an 800x1344 image: rfcn_1000 (1000 boxes inside the image, `params`), and rpn_rfcn (1000 RPN
@@ -583,8 +558,7 @@ std::vector<harness::BenchCase> ps_roi_benchmarks(const Params& params, const st
   const std::array<std::int64_t, 4> shape{2, 490, 200, 336};
   const std::string bytes_note =
       "fwd: x + rois + output + channel_mapping (int32); bwd: grad_output + channel_mapping + rois + grad_input read "
-      "and written (the global-atomic kernel's traffic; the plane-tile kernel, which these maps take, writes "
-      "grad_input once)";
+      "and written (atomic scatter)";
   auto forward_of = [](const Params& p) -> kit::RoiBenchForward {
     return [p](const at::Tensor& x, const at::Tensor& rois) { return Op::forward(x, rois, p); };
   };

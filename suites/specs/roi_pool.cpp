@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "common/plane_tiles.h"
 #include "detops/harness/checks.h"
 #include "detops/harness/compare.h"
 #include "detops/reference/roi_pool_reference.h"
@@ -413,16 +412,6 @@ std::vector<OpCase> roi_pool_cases() {
   }
   c = {}; c.params = {0.25, 3, 3, true}; c.channels = 8; c.features = Features::kInfinities; c.format = nhwc;
   add("infinite_features_exact_max_8_channels_channels_last", c);
-  // The CUDA backward's two kernels (common/plane_tiles.h; last in the list, so that no other case's seed moves): a
-  // plane of at most kMaxPlaneTiles shared-memory tiles takes the plane-tile kernel (fpn_p2_box_head's 200 x 336
-  // plane: 3 tiles in fp32 and the halves, 6 in fp64; the small maps: one); a larger one, as here (512 x 400 =
-  // 204800 pixels, past 8 x 24576), the global-atomic kernel over the zeroed workspace. Both images hold rois, so a
-  // kernel that routes a roi to the wrong image's plane, or reads a tile's pixels from the wrong offset, fails the
-  // backward.
-  static_assert(512 * 400 > kMaxPlaneTiles * static_cast<std::int64_t>(kPlaneTileBytes / sizeof(float)),
-                "plane_past_shared_memory_tiles must exceed the plane-tile kernel's limit in every dtype");
-  c = {}; c.params = {0.5, 7, 7}; c.batch = 2; c.channels = 3; c.height = 512; c.width = 400; c.num_rois = 24;
-  add("plane_past_shared_memory_tiles", c);
   return std::move(add.cases);
 }
 
@@ -568,7 +557,7 @@ std::vector<harness::BenchCase> roi_pool_benchmarks() {
   const std::array<std::int64_t, 4> shape{2, 256, 200, 336};
   const std::string bytes_note =
       "fwd: x + rois + output + argmax (int32); bwd: grad_output + argmax + rois + grad_input read and written "
-      "(the global-atomic kernel's traffic; the plane-tile kernel, which these maps take, writes grad_input once)";
+      "(atomic scatter)";
   const kit::RoiBenchForward forward = [params](const at::Tensor& x, const at::Tensor& rois) {
     return roi_pool_forward(x, rois, params);
   };
@@ -604,8 +593,7 @@ OpSpec roi_pool_spec() {
                 "roi_pool: a valid call after the bad one returned wrong values");
   };
   spec.determinism.note =
-      "CUDA backward scatters with atomicAdd (into shared-memory plane tiles, or past kMaxPlaneTiles tiles a plane "
-      "into the global workspace), so where several bins share a max element the summation order "
+      "CUDA backward scatters with atomicAdd, so where several bins share a max element the summation order "
       "(and the last bits of grad_input) can vary between runs; the forward and the CPU backward (channels in "
       "parallel, each summed in a fixed order) are deterministic.";
   spec.benchmarks = roi_pool_benchmarks();
