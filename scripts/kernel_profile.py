@@ -67,15 +67,20 @@ def main(argv=None):
     ap.add_argument("--peer", action="store_true", help="profile the peer too")
     ap.add_argument("--width", type=int, default=110, help="kernel name column width")
     args = ap.parse_args(argv)
+    ops = args.ops.split(",")
+    unknown = sorted(set(ops) - {p.op for p in pairs.PAIRS})
+    if unknown:
+        print(f"kernel_profile: unknown ops {unknown} (known: {', '.join(sorted({p.op for p in pairs.PAIRS}))})",
+              file=sys.stderr)
+        return 2
+    bad_dtypes = sorted(set(args.dtypes.split(",")) - set(DTYPES))
+    if bad_dtypes:
+        print(f"kernel_profile: unknown dtypes {bad_dtypes} (known: {', '.join(DTYPES)})", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("kernel_profile: no CUDA device", file=sys.stderr)
         return 2
     pairs.load_library()
-    ops = args.ops.split(",")
-    unknown = sorted(set(ops) - {p.op for p in pairs.PAIRS})
-    if unknown:
-        print(f"kernel_profile: unknown ops {unknown}", file=sys.stderr)
-        return 2
     for pair in [p for p in pairs.PAIRS if p.op in ops]:
         for case in [c for c in pair.cases if c.kind == "model" and re.search(args.cases, c.name)]:
             base = pair.make(case.params, case.seed)
