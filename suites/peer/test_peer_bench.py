@@ -524,6 +524,10 @@ def test_bad_shard_is_refused(capsys):
     assert "--shard '2/2'" in capsys.readouterr().err
 
 
+# The module the split tests collect: 24 ids like the suite's, no torch import (split_probe.py says why).
+SPLIT_PROBE = ROOT / "suites" / "peer" / "split_probe.py"
+
+
 def test_pytest_shards_split_the_peer_suite(tmp_path):
     """DETOPS_PYTEST_SHARD=I/N (suites/peer/conftest.py, one pytest per GPU in the main job): the N processes'
     tests are disjoint and together every test of the suite."""
@@ -536,7 +540,7 @@ def test_pytest_shards_split_the_peer_suite(tmp_path):
         if shard:
             env["DETOPS_PYTEST_SHARD"] = shard
         r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                            str(ROOT / "suites" / "peer" / "test_dropin_package.py")],
+                            str(SPLIT_PROBE)],
                            capture_output=True, text=True, env=env, cwd=tmp_path)
         return [line for line in r.stdout.splitlines() if "::" in line], r
     whole, _ = collected(None)
@@ -548,7 +552,7 @@ def test_pytest_shards_split_the_peer_suite(tmp_path):
 
 
 def _collect_split(tmp_path, shard, times_spec=None):
-    """The ids `pytest --collect-only` keeps from test_dropin_package.py under DETOPS_PYTEST_SHARD=shard."""
+    """The ids `pytest --collect-only` keeps from split_probe.py under DETOPS_PYTEST_SHARD=shard."""
     import os
     import subprocess
 
@@ -559,7 +563,7 @@ def _collect_split(tmp_path, shard, times_spec=None):
     if times_spec is not None:
         env["DETOPS_PYTEST_TIMES"] = times_spec
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                        str(ROOT / "suites" / "peer" / "test_dropin_package.py")],
+                        str(SPLIT_PROBE)],
                        capture_output=True, text=True, env=env, cwd=tmp_path)
     return [line for line in r.stdout.splitlines() if "::" in line], r
 
