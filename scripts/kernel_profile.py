@@ -18,7 +18,9 @@ import sys
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "suites" / "peer"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import pairs  # noqa: E402
+import peer_bench  # noqa: E402  (the backward call it times, so both profile the same call)
 
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -96,10 +98,8 @@ def main(argv=None):
                             for k in keys:
                                 inp[k] = inp[k].detach().requires_grad_()
                             out = fn(inp)
-                            go = torch.randn_like(out)
-                            xs = [inp[k] for k in keys]
-                            table["bwd"] = profile(lambda: torch.autograd.grad(out, xs, go, retain_graph=True),
-                                                   args.reps)
+                            backward, _ = peer_bench.backward_call(torch, keys, inp, out, torch.randn_like(out))
+                            table["bwd"] = profile(backward, args.reps)
                     except Exception as e:  # noqa: BLE001 (a peer without the dtype: say so, go on)
                         print(f"\n## {pair.op} {case.name} {dname} {side}: {type(e).__name__}: {e}"[:300])
                         continue

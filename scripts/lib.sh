@@ -205,6 +205,7 @@ detops_peer_times() {  # GPU RUN_ID: the torchvision peer suite's earlier test t
   fi
   return 0
 }
+
 detops_prune_reference_cache() {  # DIR GB: the oldest entries (by modification time: a hit touches its file) removed
   local dir=$1 cap=$2                # until the cache holds at most GB gibibytes; leftover temporary files too
   [[ "$cap" =~ ^[0-9]+$ ]] || detops_die "DETOPS_REFERENCE_CACHE_GB: '$cap' (expected a whole number of GiB)"

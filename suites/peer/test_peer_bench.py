@@ -531,28 +531,17 @@ SPLIT_PROBE = ROOT / "suites" / "peer" / "split_probe.py"
 def test_pytest_shards_split_the_peer_suite(tmp_path):
     """DETOPS_PYTEST_SHARD=I/N (suites/peer/conftest.py, one pytest per GPU in the main job): the N processes'
     tests are disjoint and together every test of the suite."""
-    import os
-    import subprocess
-
-    def collected(shard):
-        # Not the caller's shard: this test itself runs inside one in the main job on several GPUs.
-        env = {k: v for k, v in os.environ.items() if k != "DETOPS_PYTEST_SHARD"}
-        if shard:
-            env["DETOPS_PYTEST_SHARD"] = shard
-        r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                            str(SPLIT_PROBE)],
-                           capture_output=True, text=True, env=env, cwd=tmp_path)
-        return [line for line in r.stdout.splitlines() if "::" in line], r
-    whole, _ = collected(None)
-    a, _ = collected("0/2")
-    b, _ = collected("1/2")
+    whole, _ = _collect_split(tmp_path, None)
+    a, _ = _collect_split(tmp_path, "0/2")
+    b, _ = _collect_split(tmp_path, "1/2")
     assert len(whole) > 4 and sorted(a + b) == sorted(whole) and not set(a) & set(b)
-    _, r = collected("2/2")
+    _, r = _collect_split(tmp_path, "2/2")
     assert r.returncode != 0 and "DETOPS_PYTEST_SHARD='2/2'" in (r.stdout + r.stderr)
 
 
 def _collect_split(tmp_path, shard, times_spec=None):
-    """The ids `pytest --collect-only` keeps from split_probe.py under DETOPS_PYTEST_SHARD=shard."""
+    """The ids `pytest --collect-only` keeps from split_probe.py under DETOPS_PYTEST_SHARD=shard (not the caller's
+    shard, times or times file: these tests run inside such a process in the main job)."""
     import os
     import subprocess
 
