@@ -221,6 +221,24 @@ detops_prune_reference_cache() {  # DIR GB: the oldest entries (by modification 
   detops_log "reference cache: removed the $removed least recently used entries (over ${cap} GiB)"
 }
 
+# The pytest processes of the peer suite beside the correctness shards on one GPU: DETOPS_PEER_PROCESSES when set
+# (a positive number), else one per four CPUs, at least 2 and at most 8 (4 on the H200's 16 cores). The peer suite is
+# the suite step's longest part with 2 (177 s and 163 s beside the 16 shards on the H200, which had ended by then);
+# more processes share its ~205 s of test time on the cores the shards leave idle.
+detops_peer_processes() {
+  local n
+  if [ -n "${DETOPS_PEER_PROCESSES:-}" ]; then
+    n=$DETOPS_PEER_PROCESSES
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] || detops_die "DETOPS_PEER_PROCESSES: '$n' (expected a positive number of processes)"
+    echo "$n"
+    return
+  fi
+  n=$(( $(nproc 2>/dev/null || echo 1) / 4 ))
+  [ "$n" -lt 2 ] && n=2
+  [ "$n" -gt 8 ] && n=8
+  echo "$n"
+}
+
 detops_suite_shards() {
   if [ -n "${DETOPS_SUITE_SHARDS:-}" ]; then
     echo "$DETOPS_SUITE_SHARDS"

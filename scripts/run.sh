@@ -23,7 +23,7 @@
 # DETOPS_REFERENCE_CACHE=DIR (the suite's fp64 references kept between runs of one build; default: in the build
 # folder; empty: off), DETOPS_REFERENCE_CACHE_GB (its size cap, default 20),
 # DETOPS_SUITE_SHARDS=N (correctness processes; default: one per CPU, at most 16), DETOPS_PEER_PROCESSES=N (the
-# torchvision peer suite's pytest processes beside them on one GPU; default 2; one per GPU with several), DETOPS_RUN_TAG (appended to
+# torchvision peer suite's pytest processes beside them on one GPU; default one per four CPUs, 2..8; one per GPU with several), DETOPS_RUN_TAG (appended to
 # the run folder's name), CUDA_VISIBLE_DEVICES (the GPUs used; several: the suite and the benchmarks are spread
 # over them, and DETOPS_BENCH_ARGS may not hold a --benchmark_filter then).
 set -euo pipefail
@@ -119,15 +119,15 @@ if [ "$gpu" != no-gpu ] && peer_available; then
   peer_beside=1
   rm -f "$out/peer_pytest.rc"
   # Several pytest processes, each keeping the tests whose id hashes to its index (suites/peer/conftest.py,
-  # DETOPS_PYTEST_SHARD): one per GPU with several GPUs, else DETOPS_PEER_PROCESSES (default 2) sharing the GPU. Their
+  # DETOPS_PYTEST_SHARD): one per GPU with several GPUs, else detops_peer_processes (DETOPS_PEER_PROCESSES, default one
+  # per four CPUs, 2..8) sharing the GPU. Their
   # logs are peer_pytest.log (the first) and peer_pytest-I.log (shard_suite's waiting line follows the one furthest
   # from its end); peer_pytest.rc is the worst exit status, written once all have ended.
   peer_gpus=()
   if [ "${gpu_count:-0}" -gt 1 ]; then
     IFS=, read -r -a peer_gpus <<<"$gpu_list"
   else
-    n=${DETOPS_PEER_PROCESSES:-2}
-    [[ "$n" =~ ^[1-9][0-9]*$ ]] || detops_die "DETOPS_PEER_PROCESSES: '$n' (expected a positive number of processes)"
+    n=$(detops_peer_processes)
     for ((i = 0; i < n; i++)); do peer_gpus+=(""); done  # "": the job's own GPU
   fi
   # The split is by each test's time in the newest earlier run on this GPU model (its peer_times-*.json, which every

@@ -460,14 +460,26 @@ bool any_on_cuda(const Tensors& inputs) {
 
 // Central finite differences of `forward` (fp64) at sampled elements of each differentiable input,
 // compared with `backward`'s gradient of sum_j <v_j, f_j> at the same elements.
+//
+// evaluate_on_host: `forward` is a host function of its inputs on any device (CaseData::op_gradient_target_on_host):
+// the perturbations and evaluations then use CPU copies of the inputs and of v (the backward still gets the
+// inputs as given).
 void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn& forward, const BackwardFn& backward,
-                             const Tensors& inputs, std::uint64_t seed) {
+                             const Tensors& inputs, std::uint64_t seed, bool evaluate_on_host = false) {
   const Tensors outputs = forward(inputs);
   const Tensors v = grad_outputs_for(d, outputs, seed);
   const Tensors analytic = backward(inputs, v);
   constexpr std::int64_t kMaxSamples = 96;
   int points = 0;
-  std::string evaluation = any_on_cuda(inputs) ? "eager" : "cpu";
+  evaluate_on_host = evaluate_on_host && any_on_cuda(inputs);
+  std::string evaluation = evaluate_on_host ? "cpu (host gradient target)" : any_on_cuda(inputs) ? "eager" : "cpu";
+  const auto on_host = [](const Tensors& ts) {
+    Tensors out;
+    for (const at::Tensor& t : ts) out.push_back(t.defined() ? t.to(at::kCPU) : t);
+    return out;
+  };
+  const Tensors eval_inputs = evaluate_on_host ? on_host(inputs) : inputs;
+  const Tensors eval_v = evaluate_on_host ? on_host(v) : v;
   for (size_t k = 0; k < d.differentiable.size(); ++k) {
     const size_t idx = d.differentiable[k];
     const at::Tensor x = inputs[idx].contiguous();
@@ -492,14 +504,14 @@ void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn&
     // values are written, not added), so the loop allocates nothing the size of x (a copy per evaluation cost
     // more in page faults than the op: 8 million faults, 26 s of system time, for one 27x27 PS-RoIPool case).
     const at::Tensor x_host = x.to(at::kCPU).to(at::kDouble).contiguous().view(-1);
-    const at::Tensor work = x.clone();
+    const at::Tensor work = eval_inputs[idx].contiguous().clone();
     const at::Tensor work_flat = work.view(-1);
-    Tensors perturbed = inputs;
+    Tensors perturbed = eval_inputs;
     perturbed[idx] = work;
     std::unique_ptr<GraphedDirectional> graphed;
     if (work.is_cuda() && fd_graphs_enabled() && !sample.empty()) {
       std::string why_not;
-      graphed = GraphedDirectional::capture(forward, perturbed, v, &why_not);
+      graphed = GraphedDirectional::capture(forward, perturbed, eval_v, &why_not);
       if (evaluation.rfind("eager (no graph", 0) != 0) {  // one input without a graph: the property says why
         evaluation = graphed ? "cuda_graph" : "eager (no graph: " + why_not + ")";
       }
@@ -513,9 +525,9 @@ void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn&
       const double x_e = x_host[e].item<double>();
       at::Tensor slot = work_flat[e];
       slot.fill_(x_e + kFiniteDifferenceEps);
-      plus.push_back(graphed ? graphed->evaluate() : directional_value(forward, perturbed, v));
+      plus.push_back(graphed ? graphed->evaluate() : directional_value(forward, perturbed, eval_v));
       slot.fill_(x_e - kFiniteDifferenceEps);
-      minus.push_back(graphed ? graphed->evaluate() : directional_value(forward, perturbed, v));
+      minus.push_back(graphed ? graphed->evaluate() : directional_value(forward, perturbed, eval_v));
       slot.fill_(x_e);
       an.push_back(grad[e].item<double>());
       ++points;
@@ -675,7 +687,7 @@ CheckResult check_gradient_finite_differences(const OpSpec& op, const OpCase& c,
     }
     const Tensors x0 = materialize_inputs(d.inputs, DType::kFloat64, device);
     finite_difference_check(res, d, differentiated_function(res, d.op_forward, d.op_gradient_target, x0),
-                            d.op_backward, x0, c.seed);
+                            d.op_backward, x0, c.seed, d.op_gradient_target && d.op_gradient_target_on_host);
     clock.mark("fd");
   });
 }

@@ -173,42 +173,51 @@ void partials(Tape& t, const Rev& out, double seed, double (&d)[8]) {
 //   distance  = rho^2 / (cw^2 + ch^2 + e)                 rho: distance between the centers
 //   v         = 4/pi^2 (atan(wa / ha) - atan(wb / hb))^2
 // each quotient 0 when its denominator without e is <= 0 and v 0 when a box has w = h = 0, under DetOps' rule.
+// Only the pieces `variant` uses are computed (penalty: GIoU; distance: DIoU and CIoU; v: CIoU); the others stay 0.
 template <typename S>
 struct Parts {
   S iou, penalty, distance, v;
 };
 
 template <typename S>
-Parts<S> parts(bool pairwise, double e, bool defined, const Box<S>& a, const Box<S>& b) {
+Parts<S> parts(BoxIouVariant variant, bool pairwise, double e, bool defined, const Box<S>& a, const Box<S>& b) {
   const S wa = a.x2 - a.x1, ha = a.y2 - a.y1, wb = b.x2 - b.x1, hb = b.y2 - b.y1;
   S iw = smaller(a.x2, b.x2) - larger(a.x1, b.x1);
   S ih = smaller(a.y2, b.y2) - larger(a.y1, b.y1);
-  S cw = larger(a.x2, b.x2) - smaller(a.x1, b.x1);
-  S ch = larger(a.y2, b.y2) - smaller(a.y1, b.y1);
   S inter(0.0);
   if (pairwise) {
     iw = clamp0(iw);
     ih = clamp0(ih);
-    cw = clamp0(cw);
-    ch = clamp0(ch);
     inter = iw * ih;
   } else if (value_of(iw) > 0 && value_of(ih) > 0) {
     inter = iw * ih;
   }
   const S uni = wa * ha + wb * hb - inter;
-  const S c = cw * ch;
-  const S dx = (a.x1 + a.x2) * 0.5 - (b.x1 + b.x2) * 0.5;
-  const S dy = (a.y1 + a.y2) * 0.5 - (b.y1 + b.y2) * 0.5;
-  const double pi = std::acos(-1.0);
   Parts<S> p;
   p.iou = pairwise ? quotient(inter, uni, defined) : ratio(inter, uni, e, defined);
-  p.penalty = pairwise ? quotient(S(c - uni), c, defined) : ratio(S(c - uni), c, e, defined);
+  p.penalty = S(0.0);
+  p.distance = S(0.0);
+  p.v = S(0.0);
+  if (variant == BoxIouVariant::kIoU) return p;
+  // The enclosing box's extents (pairwise: clamped at 0, as torchvision's generalized / distance_box_iou clamp).
+  S cw = larger(a.x2, b.x2) - smaller(a.x1, b.x1);
+  S ch = larger(a.y2, b.y2) - smaller(a.y1, b.y1);
+  if (pairwise) {
+    cw = clamp0(cw);
+    ch = clamp0(ch);
+  }
+  if (variant == BoxIouVariant::kGIoU) {
+    const S c = cw * ch;
+    p.penalty = pairwise ? quotient(S(c - uni), c, defined) : ratio(S(c - uni), c, e, defined);
+    return p;
+  }
+  const S dx = (a.x1 + a.x2) * 0.5 - (b.x1 + b.x2) * 0.5;
+  const S dy = (a.y1 + a.y2) * 0.5 - (b.y1 + b.y2) * 0.5;
   p.distance = ratio(S(dx * dx + dy * dy), S(cw * cw + ch * ch), e, defined);
-  if (has_aspect(wa, ha, defined) && has_aspect(wb, hb, defined)) {
+  if (variant == BoxIouVariant::kCIoU && has_aspect(wa, ha, defined) && has_aspect(wb, hb, defined)) {
+    const double pi = std::acos(-1.0);
     const S dtheta = aspect_angle(wa, ha, defined) - aspect_angle(wb, hb, defined);
     p.v = S(dtheta * dtheta * (4.0 / (pi * pi)));
-  } else {
-    p.v = S(0.0);
   }
   return p;
 }
@@ -220,18 +229,18 @@ double inner_eps(const BoxIouLossParams& p) { return p.variant == BoxIouVariant:
 // CIoU's alpha = v / (1 - iou + v + eps), a constant for the gradient (0 when 1 - iou + v <= 0 under DetOps'
 // rule).
 double ciou_alpha(const BoxIouLossParams& p, const Box<double>& a, const Box<double>& b) {
-  const Parts<double> q = parts(false, inner_eps(p), p.defined_degenerate, a, b);
+  const Parts<double> q = parts(BoxIouVariant::kCIoU, false, inner_eps(p), p.defined_degenerate, a, b);
   return ratio(q.v, 1.0 - q.iou + q.v, p.eps, p.defined_degenerate);
 }
 
 double pair_alpha(const BoxIouParams& p, const Box<double>& a, const Box<double>& b) {
-  const Parts<double> q = parts(true, p.eps, p.defined_degenerate, a, b);
+  const Parts<double> q = parts(BoxIouVariant::kCIoU, true, p.eps, p.defined_degenerate, a, b);
   return ratio(q.v, 1.0 - q.iou + q.v, p.eps, p.defined_degenerate);
 }
 
 template <typename S>
 S pair_loss(const BoxIouLossParams& p, const Box<S>& a, const Box<S>& b, double alpha) {
-  const Parts<S> q = parts(false, inner_eps(p), p.defined_degenerate, a, b);
+  const Parts<S> q = parts(p.variant, false, inner_eps(p), p.defined_degenerate, a, b);
   switch (p.variant) {
     case BoxIouVariant::kIoU: return S(1.0 - q.iou);
     case BoxIouVariant::kGIoU: return S(1.0 - (q.iou - q.penalty));
@@ -245,7 +254,7 @@ S pair_loss(const BoxIouLossParams& p, const Box<S>& a, const Box<S>& b, double 
 // pair; CIoU = iou - distance - alpha v with alpha a constant given by the caller.
 template <typename S>
 S pair_value(const BoxIouParams& p, const Box<S>& a, const Box<S>& b, double alpha) {
-  const Parts<S> q = parts(true, p.eps, p.defined_degenerate, a, b);
+  const Parts<S> q = parts(p.variant, true, p.eps, p.defined_degenerate, a, b);
   switch (p.variant) {
     case BoxIouVariant::kIoU: return q.iou;
     case BoxIouVariant::kGIoU: return S(q.iou - q.penalty);
@@ -270,7 +279,8 @@ Matrixd box_iou_pairwise(const BoxIouParams& p, const Matrixd& boxes1, const Mat
   for (Eigen::Index i = 0; i < boxes1.rows(); ++i) {
     for (Eigen::Index j = 0; j < boxes2.rows(); ++j) {
       const Box<double> a = box_row(boxes1, i), b = box_row(boxes2, j);
-      out(i, j) = finite(a) && finite(b) ? pair_value(p, a, b, pair_alpha(p, a, b)) : kNaN;
+      const double alpha = p.variant == BoxIouVariant::kCIoU && finite(a) && finite(b) ? pair_alpha(p, a, b) : 0.0;
+      out(i, j) = finite(a) && finite(b) ? pair_value(p, a, b, alpha) : kNaN;
     }
   }
   return out;
@@ -294,7 +304,8 @@ BoxIouGrads box_iou_pairwise_backward(const BoxIouParams& p, const Matrixd& boxe
         continue;
       }
       const auto [ra, rb] = leaves(tape, a, b);
-      partials(tape, pair_value(p, ra, rb, pair_alpha(p, a, b)), grad(i, j), d);
+      const double alpha = p.variant == BoxIouVariant::kCIoU ? pair_alpha(p, a, b) : 0.0;
+      partials(tape, pair_value(p, ra, rb, alpha), grad(i, j), d);
       for (int k = 0; k < 4; ++k) {
         g.boxes1(i, k) += d[k];
         g.boxes2(j, k) += d[4 + k];

@@ -474,6 +474,36 @@ def test_the_suite_step_waits_for_every_peer_process():
                        "--serial-after-log|/o/peer_pytest-1.log|--serial-after-log|/o/peer_pytest-2.log|end")
 
 
+def test_peer_processes_scale_with_the_cpus(tmp_path):
+    """scripts/lib.sh's detops_peer_processes (run.sh, one GPU): DETOPS_PEER_PROCESSES when set, else one pytest
+    process per four CPUs, at least 2 and at most 8; a value that is not a positive number stops the job naming it."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+
+    def procs(cpus, value=None):
+        (fake / "nproc").write_text(f"#!/bin/sh\necho {cpus}\n")
+        (fake / "nproc").chmod(0o755)
+        env = {k: v for k, v in os.environ.items() if k != "DETOPS_PEER_PROCESSES"}
+        env["PATH"] = f"{fake}{os.pathsep}{env.get('PATH', '')}"
+        if value is not None:
+            env["DETOPS_PEER_PROCESSES"] = value
+        r = subprocess.run(["bash", "-c", f'set -euo pipefail; source "{ROOT}/scripts/lib.sh" >/dev/null; '
+                                          'n=$(detops_peer_processes); echo "n=$n"'],
+                           capture_output=True, text=True, env=env)
+        return r.returncode, r.stdout.strip(), r.stderr
+
+    assert procs(2)[:2] == (0, "n=2")
+    assert procs(8)[:2] == (0, "n=2")
+    assert procs(16)[:2] == (0, "n=4")
+    assert procs(20)[:2] == (0, "n=5")
+    assert procs(128)[:2] == (0, "n=8")
+    assert procs(16, "3")[:2] == (0, "n=3")
+    for bad in ("0", "two", "-1", "2x"):
+        rc, out, err = procs(16, bad)
+        assert rc != 0 and "n=" not in out, (bad, out)
+        assert f"DETOPS_PEER_PROCESSES: '{bad}'" in err and "positive number" in err, err
+
+
 def test_run_sh_and_the_shards_see_the_same_gpus(tmp_path):
     """scripts/lib.sh's detops_gpu_list (run.sh: one GPU or several?) asks shard_suite.py --list-gpus, so both follow
     one rule: CUDA_VISIBLE_DEVICES when set (an empty value: no GPU, not every GPU nvidia-smi lists), else

@@ -225,6 +225,7 @@ void finish_pool_case(CaseData& d, const PsRoiCaseConfig&, const PsRoiPoolParams
     return Tensors{out.to(x[0].device()), reference_mapping(x[1].cpu(), shape[1], p.pooled_height, p.pooled_width).to(x[0].device())};
   };
   d.op_gradient_target = target;
+  d.op_gradient_target_on_host = true;  // the reference's function: a CUDA check evaluates it on CPU copies
   d.reference_gradient_target = target;
 }
 

@@ -49,6 +49,11 @@ struct CaseData {
   // forward. f(x0; x0) must equal the forward at x0.
   std::function<Tensors(const Tensors& x, const Tensors& x0)> op_gradient_target;
   std::function<Tensors(const Tensors& x, const Tensors& x0)> reference_gradient_target;
+  // True when op_gradient_target computes on the CPU whatever its inputs' device (it copies them to the host and
+  // its outputs back): a CUDA check's finite differences then perturb and evaluate it on CPU copies of the inputs
+  // (the same fp64 function, without two device round trips and a host synchronization per evaluation); only the
+  // backward under test runs on the device.
+  bool op_gradient_target_on_host = false;
 
   std::string gradcheck_skip_reason;  // non-empty: finite differences do not apply to this case
 
