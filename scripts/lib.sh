@@ -152,7 +152,34 @@ detops_configure_and_build() {
     detops_die "configuration failed (full log: build/configure-$DETOPS_PRESET.log)"
   }
   detops_log "building"
-  cmake --build --preset "$DETOPS_PRESET" || detops_die "build failed"
+  cmake --build --preset "$DETOPS_PRESET" 2>&1 | detops_build_progress || detops_die "build failed"
+}
+
+# Passes a ninja build's output through and, every DETOPS_PROGRESS_S seconds (default 20; 0: after every step), adds
+# a line with the steps done, the time so far and the time left at the mean pace per step so far (steps differ:
+# a CUDA object takes minutes here where a small C++ one takes seconds, so it is an estimate). Its exit status is
+# 0; the caller's pipefail gives the build's.
+detops_build_progress() {
+  local start now last line done total elapsed every=${DETOPS_PROGRESS_S:-20}
+  printf -v start '%(%s)T' -1
+  last=$start
+  while IFS= read -r line || [ -n "$line" ]; do
+    printf '%s\n' "$line"
+    [[ "$line" =~ ^\[([0-9]+)/([0-9]+)\] ]] || continue
+    done=${BASH_REMATCH[1]}
+    total=${BASH_REMATCH[2]}
+    printf -v now '%(%s)T' -1
+    if [ "$done" -gt 0 ] && [ "$done" -lt "$total" ] && [ $((now - last)) -ge "$every" ]; then
+      last=$now
+      elapsed=$((now - start))
+      detops_log "build: $done/$total steps, $(_detops_fmt_s "$elapsed"), about $(_detops_fmt_s $((elapsed * (total - done) / done))) left"
+    fi
+  done
+  return 0
+}
+
+_detops_fmt_s() {
+  if [ "$1" -ge 60 ]; then printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); else printf '%ds' "$1"; fi
 }
 
 detops_gpu_visible() {
