@@ -160,19 +160,19 @@ detops_configure_and_build() {
 # a CUDA object takes minutes here where a small C++ one takes seconds, so it is an estimate). Its exit status is
 # 0; the caller's pipefail gives the build's.
 detops_build_progress() {
-  local start now last line done total elapsed every=${DETOPS_PROGRESS_S:-20}
+  local start now last line finished total elapsed every=${DETOPS_PROGRESS_S:-20}
   printf -v start '%(%s)T' -1
   last=$start
   while IFS= read -r line || [ -n "$line" ]; do
     printf '%s\n' "$line"
     [[ "$line" =~ ^\[([0-9]+)/([0-9]+)\] ]] || continue
-    done=${BASH_REMATCH[1]}
+    finished=${BASH_REMATCH[1]}
     total=${BASH_REMATCH[2]}
     printf -v now '%(%s)T' -1
-    if [ "$done" -gt 0 ] && [ "$done" -lt "$total" ] && [ $((now - last)) -ge "$every" ]; then
+    if [ "$finished" -gt 0 ] && [ "$finished" -lt "$total" ] && [ $((now - last)) -ge "$every" ]; then
       last=$now
       elapsed=$((now - start))
-      detops_log "build: $done/$total steps, $(_detops_fmt_s "$elapsed"), about $(_detops_fmt_s $((elapsed * (total - done) / done))) left"
+      detops_log "build: $finished/$total steps, $(_detops_fmt_s "$elapsed"), about $(_detops_fmt_s $((elapsed * (total - finished) / finished))) left"
     fi
   done
   return 0
@@ -249,9 +249,10 @@ detops_prune_reference_cache() {  # DIR GB: the oldest entries (by modification 
 }
 
 # The pytest processes of the peer suite beside the correctness shards on one GPU: DETOPS_PEER_PROCESSES when set
-# (a positive number), else one per four CPUs, at least 2 and at most 8 (4 on the H200's 16 cores). The peer suite is
-# the suite step's longest part with 2 (177 s and 163 s beside the 16 shards on the H200, which had ended by then);
-# more processes share its ~205 s of test time on the cores the shards leave idle.
+# (a positive number), else one per four CPUs, at least 2 and at most 8 (4 on the H200's 16 cores). With 2 the peer
+# suite was the suite step's longest part (177 s and 163 s beside the 16 shards on the H200, which had ended by then);
+# with 4, 89-108 s (c91487a), each test releasing its cached GPU memory (suites/peer/conftest.py: four processes'
+# caches of 14-21 GB each left a shard without memory).
 detops_peer_processes() {
   local n
   if [ -n "${DETOPS_PEER_PROCESSES:-}" ]; then
