@@ -178,6 +178,28 @@ detops_build_progress() {
   return 0
 }
 
+# The test command's progress (scripts/test.sh, in the background while ctest runs): every DETOPS_PROGRESS_S seconds
+# (default 60), the newest '[<tag> <done>/<total> <elapsed>s]' line of FILE, which the long test entries append when
+# DETOPS_PROGRESS_FILE names it (the correctness binary, shard_suite.py, the pytest entries through
+# suites/progress_file.py), as '[detops] tests: <tag> <done>/<total>, <elapsed>, about <left> left' (the time left at
+# that entry's pace so far); nothing while that line is unchanged. Runs until it is killed.
+detops_watch_progress() {
+  local file=$1 every=${DETOPS_PROGRESS_S:-60} line shown=""
+  while sleep "$every"; do
+    [ -f "$file" ] || continue
+    line=$(tail -n 1 "$file" 2>/dev/null) || continue
+    [ "$line" = "$shown" ] && continue
+    [[ "$line" =~ ^\[([A-Za-z0-9_]+)\ ([0-9]+)/([0-9]+)\ ([0-9]+)s\]$ ]] || continue
+    shown=$line
+    local tag=${BASH_REMATCH[1]} finished=${BASH_REMATCH[2]} total=${BASH_REMATCH[3]} elapsed=${BASH_REMATCH[4]}
+    if [ "$finished" -gt 0 ] && [ "$finished" -lt "$total" ]; then
+      detops_log "tests: $tag $finished/$total, $(_detops_fmt_s "$elapsed"), about $(_detops_fmt_s $((elapsed * (total - finished) / finished))) left"
+    else
+      detops_log "tests: $tag $finished/$total, $(_detops_fmt_s "$elapsed")"
+    fi
+  done
+}
+
 _detops_fmt_s() {
   if [ "$1" -ge 60 ]; then printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); else printf '%ds' "$1"; fi
 }

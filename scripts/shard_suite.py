@@ -14,8 +14,10 @@ With --timings (a previous run's GoogleTest JSON), the shards are instead lists 
 expected time (longest first, each to the least loaded shard), so one shard holding several slow tests does not
 set the wall time; the CPU and CUDA forward (backward) checks of one case and dtype stay together, since the
 process computes their fp64 reference once for both (share_key). Each process gets an equal share of the CPUs for its thread pools (OMP_NUM_THREADS /
-MKL_NUM_THREADS, unless the caller set them). A progress line every 30 s gives the tests finished (from the
-processes' DETOPS_PROGRESS lines) and an estimate of the time left.
+MKL_NUM_THREADS, unless the caller set them). A progress line every 30 s (--interval) gives the tests finished (from the
+processes' DETOPS_PROGRESS lines) and an estimate of the time left; with DETOPS_PROGRESS_FILE set
+(scripts/test.sh's watcher) the same counts are appended there as '[shard_suite <done>/<total> <elapsed>s]', and the
+processes themselves do not write there.
 
 --serial PATTERNS (GoogleTest globs, ':'-separated, e.g. '*.large_index_*') names tests that must not share the GPU
 with each other (the large-index cases allocate tens of GB each; eight at once run out of memory on a 141 GB
@@ -264,6 +266,7 @@ def main(argv=None):
 
     def launch(i, gtest_filter, env_extra, threads=threads, gpu=None):
         env = dict(os.environ, DETOPS_PROGRESS="1", **env_extra)
+        env.pop("DETOPS_PROGRESS_FILE", None)  # the processes' progress goes there merged (wait_and_report)
         if gpu is None and gpus:
             gpu = gpus[i % len(gpus)]
         if gpu is not None:
@@ -408,6 +411,12 @@ def wait_and_report(procs, args, start):
                     done += int(m.group(1))
                     total += int(m.group(2))
             running = sum(1 for p in procs if p["proc"].poll() is None)
+            if total and os.environ.get("DETOPS_PROGRESS_FILE"):  # scripts/test.sh's watcher (lib.sh)
+                try:
+                    with open(os.environ["DETOPS_PROGRESS_FILE"], "a") as pf:
+                        pf.write(f"[shard_suite {done}/{total} {int(now - stage_start)}s]\n")
+                except OSError:
+                    pass
             if total and done:
                 eta = (now - stage_start) * (total - done) / done  # this stage's rate (shards, then serial)
                 print(f"[shard_suite] {fmt_s(now - start)}: {done}/{total} tests, {running} of {len(procs)} "

@@ -12,9 +12,17 @@ detops_configure_and_build
 detops_use_reference_cache "$([ "${CI:-}" = true ] || echo "$DETOPS_BUILD_DIR/reference-cache")"
 detops_log "running the tests"
 rm -rf "$DETOPS_BUILD_DIR/test-results"
+# The long entries (the correctness suite, the Python tests) append their progress to this file; a line with the
+# time left every 60 s (DETOPS_PROGRESS_S) while they run (lib.sh detops_watch_progress).
+mkdir -p "$DETOPS_BUILD_DIR/test-results"
+export DETOPS_PROGRESS_FILE="$DETOPS_BUILD_DIR/test-results/progress.log"
+detops_watch_progress "$DETOPS_PROGRESS_FILE" &
+watcher=$!
 set +e
 ctest --preset "$DETOPS_PRESET" "$@"
 rc=$?
+kill "$watcher" 2>/dev/null
+wait "$watcher" 2>/dev/null
 set -e
 # CTest shows a skipped entry without its output: say here which CUDA tests were skipped and why.
 cuda_record="$DETOPS_BUILD_DIR/test-results/correctness_cuda.json"

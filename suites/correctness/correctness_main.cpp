@@ -9,11 +9,14 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "detops/harness/checks.h"
 #include "detops/harness/device_facts.h"
@@ -79,26 +82,53 @@ void register_tests() {
 }
 
 // With DETOPS_PROGRESS set, one line on stderr per op and every ~10% of the tests (long runs show
-// progress; --gtest_brief=1 prints only failures).
+// progress; --gtest_brief=1 prints only failures). With DETOPS_PROGRESS_FILE set (scripts/test.sh), lines
+// '[correctness <done>/<total> <elapsed>s]' appended to that file, at the start, at each whole percent and at least
+// every 15 s, and at the end, for the test command's watcher (scripts/lib.sh detops_watch_progress).
 class ProgressListener : public testing::EmptyTestEventListener {
  public:
-  void OnTestProgramStart(const testing::UnitTest& ut) override { total_ = ut.test_to_run_count(); }
+  ProgressListener(bool to_stderr, std::string file) : to_stderr_(to_stderr), file_(std::move(file)) {}
+
+  void OnTestProgramStart(const testing::UnitTest& ut) override {
+    total_ = ut.test_to_run_count();
+    start_ = std::chrono::steady_clock::now();
+    if (total_ > 0) write_file();
+  }
   void OnTestEnd(const testing::TestInfo& info) override {
     ++done_;
     if (info.result()->Failed()) ++failed_;
     const std::string suite = info.test_suite_name();
     const std::string op = suite.substr(0, suite.find('.'));
     const bool new_op = op != op_;
-    if (new_op || done_ * 10 / std::max(total_, 1) != (done_ - 1) * 10 / std::max(total_, 1) || done_ == total_) {
+    if (to_stderr_ &&
+        (new_op || done_ * 10 / std::max(total_, 1) != (done_ - 1) * 10 / std::max(total_, 1) || done_ == total_)) {
       std::cerr << "[correctness " << done_ << "/" << total_ << "] " << op << (failed_ ? " (" + std::to_string(failed_) + " failed so far)" : "")
                 << std::endl;
     }
     op_ = op;
+    const int pct = static_cast<int>(static_cast<long long>(done_) * 100 / std::max(total_, 1));
+    if (pct != last_pct_ || done_ >= total_ || seconds_since(last_write_) >= 15.0) {
+      last_pct_ = pct;
+      write_file();
+    }
   }
 
  private:
-  int total_ = 0, done_ = 0, failed_ = 0;
+  double seconds_since(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+  void write_file() {
+    if (file_.empty()) return;
+    last_write_ = std::chrono::steady_clock::now();
+    std::ofstream f(file_, std::ios::app);  // a failure to write is ignored: progress is never a test failure
+    f << "[correctness " << done_ << "/" << total_ << " " << static_cast<long long>(seconds_since(start_)) << "s]\n";
+  }
+
+  bool to_stderr_;
+  std::string file_;
+  int total_ = 0, done_ = 0, failed_ = 0, last_pct_ = -1;
   std::string op_;
+  std::chrono::steady_clock::time_point start_, last_write_;
 };
 
 }  // namespace
@@ -116,8 +146,12 @@ int main(int argc, char** argv) {
 #endif
   testing::InitGoogleTest(&argc, argv);
   detops::harness::register_tests();
-  if (const char* p = std::getenv("DETOPS_PROGRESS"); p != nullptr && *p != '\0' && *p != '0') {
-    testing::UnitTest::GetInstance()->listeners().Append(new detops::harness::ProgressListener);
+  const char* p = std::getenv("DETOPS_PROGRESS");
+  const bool progress_stderr = p != nullptr && *p != '\0' && *p != '0';
+  const char* progress_file = std::getenv("DETOPS_PROGRESS_FILE");
+  if (progress_stderr || (progress_file != nullptr && *progress_file != '\0')) {
+    testing::UnitTest::GetInstance()->listeners().Append(
+        new detops::harness::ProgressListener(progress_stderr, progress_file != nullptr ? progress_file : ""));
   }
   const nlohmann::json facts = detops::harness::device_facts();
   testing::Test::RecordProperty("detops_device_facts", facts.dump());

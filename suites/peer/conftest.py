@@ -57,6 +57,9 @@ def pytest_configure(config):
         from peer.pytest_split import TimesRecorder
 
         config.pluginmanager.register(TimesRecorder(out), "detops_pytest_times")
+    import progress_file  # suites/progress_file.py: the test command's progress lines (DETOPS_PROGRESS_FILE)
+
+    progress_file.register(config, "peer")
 
 
 _SPLIT_KEY = pytest.StashKey[str]()  # what this process's split was, for its closing summary

@@ -14,6 +14,9 @@ except ImportError:  # the record tools' tests (test_compare.py, test_report.py)
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "no_detops_library: the test does not load libdetops_torch.so (needs no torch)")
+    import progress_file  # suites/progress_file.py: the test command's progress lines (DETOPS_PROGRESS_FILE)
+
+    progress_file.register(config, "python")
 
 
 def _library_path():

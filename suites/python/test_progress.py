@@ -1,0 +1,115 @@
+"""The test command's progress with the time left (scripts/test.sh): the long entries append
+'[<tag> <done>/<total> <elapsed>s]' lines to DETOPS_PROGRESS_FILE (the correctness binary, shard_suite.py, the pytest
+entries through suites/progress_file.py), and lib.sh's detops_watch_progress shows the newest one with the time left."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = os.environ.get("DETOPS_CORRECTNESS_BIN")
+LINE = re.compile(r"\[(\w+) (\d+)/(\d+) (\d+)s\]")
+pytestmark = pytest.mark.no_detops_library
+
+
+def progress_lines(path):
+    lines = path.read_text().splitlines()
+    assert lines and all(LINE.fullmatch(ln) for ln in lines), lines
+    return [(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))) for m in map(LINE.fullmatch, lines)]
+
+
+def check_counts(lines, tag, total):
+    """0/total first, then counts that never go back, total/total last, elapsed times that never go back."""
+    assert {t for t, *_ in lines} == {tag}, lines
+    assert lines[0][1:3] == (0, total) and lines[-1][1:3] == (total, total), lines
+    assert all(a[1] <= b[1] and a[3] <= b[3] for a, b in zip(lines, lines[1:])), lines
+    assert all(n == total for _, _, n, _ in lines), lines
+
+
+@pytest.mark.skipif(not BIN, reason="DETOPS_CORRECTNESS_BIN is not set (CTest sets it to the correctness suite)")
+def test_the_correctness_binary_writes_its_progress(tmp_path):
+    out = tmp_path / "progress.log"
+    env = dict(os.environ, DETOPS_PROGRESS_FILE=str(out))
+    env.pop("DETOPS_PROGRESS", None)
+    r = subprocess.run([BIN, "--gtest_filter=nms.bad_input.*.cpu:box_iou.bad_input.*.cpu", "--gtest_brief=1"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    total = int(re.search(r"(\d+) tests? from", r.stdout).group(1))
+    lines = progress_lines(out)
+    check_counts(lines, "correctness", total)
+    assert len(lines) == total + 1  # under 100 tests: every test is a whole percent
+    assert "[correctness " not in r.stderr  # the stderr lines stay DETOPS_PROGRESS's
+
+
+def test_a_pytest_entry_writes_its_progress_and_keeps_it_from_the_runs_it_starts(tmp_path):
+    out = tmp_path / "progress.log"
+    env = dict(os.environ, DETOPS_PROGRESS_FILE=str(out))
+    # The three probes below, in a pytest of their own.
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        str(ROOT / "suites/python/test_progress.py"), "-k", "nested_probe"],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    check_counts(progress_lines(out), "python", 3)
+
+
+@pytest.mark.parametrize("k", range(3))
+def test_nested_probe(k):
+    """Run by the test above in a pytest of its own: the variable is gone from the environment of the run's tests
+    (progress_file.register takes it out), so a pytest they start would not write into the entry's progress."""
+    assert "DETOPS_PROGRESS_FILE" not in os.environ
+
+
+def test_shard_suite_writes_the_merged_progress_not_its_processes(tmp_path):
+    """shard_suite.py: its processes' progress merged into '[shard_suite <done>/<total> <elapsed>s]' lines, and the
+    processes themselves (which would each write their own counts) never see the variable."""
+    fake = tmp_path / "fake_suite.py"
+    fake.write_text(
+        "import os, sys, time, json\n"
+        "args = sys.argv[1:]\n"
+        "if '--gtest_list_tests' in args:\n"
+        "    print('a.\\n  t1\\n  t2'); sys.exit(0)\n"
+        "assert 'DETOPS_PROGRESS_FILE' not in os.environ, 'the shard saw DETOPS_PROGRESS_FILE'\n"
+        "out = [a[len('--gtest_output=json:'):] for a in args if a.startswith('--gtest_output=json:')][0]\n"
+        "for i in range(1, 3):\n"
+        "    print(f'[correctness {i}/2] a', file=sys.stderr, flush=True); time.sleep(1.6)\n"
+        "json.dump({'tests': 2, 'failures': 0, 'testsuites': [{'name': 'a', 'testsuite': [\n"
+        "    {'name': 't1', 'time': '0.1s', 'result': 'COMPLETED'}, {'name': 't2', 'time': '0.1s', 'result': 'COMPLETED'}]}]},\n"
+        "    open(out, 'w'))\n")
+    wrapper = tmp_path / "suite"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
+    wrapper.chmod(0o755)
+    out = tmp_path / "progress.log"
+    env = dict(os.environ, DETOPS_PROGRESS_FILE=str(out))
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/shard_suite.py"), "--binary", str(wrapper), "--shards", "1",
+                        "--interval", "1", "--out", str(tmp_path / "merged.json")], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = progress_lines(out)
+    assert lines and {t for t, *_ in lines} == {"shard_suite"}, lines
+    assert all(n == 2 and 0 <= d <= 2 for _, d, n, _ in lines), lines
+
+
+def test_the_watcher_shows_the_newest_line_with_the_time_left(tmp_path):
+    """lib.sh's detops_watch_progress: each new line once, the time left at the entry's pace (elapsed * left / done),
+    no estimate at 0 or at the end, lines of another form ignored."""
+    log = tmp_path / "progress.log"
+    log.write_text("")
+    env = dict(os.environ, DETOPS_PROGRESS_S="0.2")
+    p = subprocess.Popen(["bash", "-c", f'set -euo pipefail; source "{ROOT}/scripts/lib.sh" >/dev/null; '
+                                        f'detops_watch_progress "{log}"'], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in ("[correctness 0/400 0s]", "[correctness 100/400 30s]", "not a progress line",
+                     "[python 50/200 100s]", "[python 200/200 130s]"):
+            with open(log, "a") as f:
+                f.write(line + "\n")
+            time.sleep(0.7)
+    finally:
+        p.terminate()
+    shown = p.communicate(timeout=10)[0].splitlines()
+    assert shown == ["[detops] tests: correctness 0/400, 0s",
+                     "[detops] tests: correctness 100/400, 30s, about 1m30s left",
+                     "[detops] tests: python 50/200, 1m40s, about 5m00s left",
+                     "[detops] tests: python 200/200, 2m10s"], shown
