@@ -182,10 +182,15 @@ detops_build_progress() {
 # (default 60), the newest '[<tag> <done>/<total> <elapsed>s]' line of FILE, which the long test entries append when
 # DETOPS_PROGRESS_FILE names it (the correctness binary, shard_suite.py, the pytest entries through
 # suites/progress_file.py), as '[detops] tests: <tag> <done>/<total>, <elapsed>, about <left> left' (the time left at
-# that entry's pace so far); nothing while that line is unchanged. Runs until it is killed.
+# that entry's pace so far); nothing while that line is unchanged. Runs until it is sent TERM, which also ends its
+# sleep (an orphaned sleep would hold the caller's output open for up to a minute).
 detops_watch_progress() {
-  local file=$1 every=${DETOPS_PROGRESS_S:-60} line shown=""
-  while sleep "$every"; do
+  local file=$1 every=${DETOPS_PROGRESS_S:-60} line shown="" sleeper=""
+  trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep "$every" &
+    sleeper=$!
+    wait "$sleeper" || true
     [ -f "$file" ] || continue
     line=$(tail -n 1 "$file" 2>/dev/null) || continue
     [ "$line" = "$shown" ] && continue

@@ -113,3 +113,17 @@ def test_the_watcher_shows_the_newest_line_with_the_time_left(tmp_path):
                      "[detops] tests: correctness 100/400, 30s, about 1m30s left",
                      "[detops] tests: python 50/200, 1m40s, about 5m00s left",
                      "[detops] tests: python 200/200, 2m10s"], shown
+
+
+def test_the_watcher_ends_with_its_sleep():
+    """Sent TERM (test.sh, once CTest has ended), the watcher ends its sleep too: an orphaned `sleep 60` would hold
+    the test command's output open for up to a minute after the tests."""
+    env = dict(os.environ, DETOPS_PROGRESS_S="30")
+    p = subprocess.Popen(["bash", "-c", f'set -euo pipefail; source "{ROOT}/scripts/lib.sh" >/dev/null; '
+                                        'detops_watch_progress /nonexistent/progress.log'],
+                         stdout=subprocess.PIPE, text=True, env=env)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    p.terminate()
+    out, _ = p.communicate(timeout=10)  # EOF on stdout: no process holds it any more
+    assert time.monotonic() - t0 < 5 and out == ""
