@@ -1,6 +1,7 @@
 """Progress of a long test entry for the test command's watcher (scripts/lib.sh detops_watch_progress, started by
 scripts/test.sh): with DETOPS_PROGRESS_FILE set, lines '[<tag> <done>/<total> <elapsed>s]' appended to that file,
-0/N when the tests are collected, then at each whole percent and at least every 15 s, and N/N at the end. The
+0/N when the tests are collected, then at the end of a test that reaches a whole percent or ends 15 s or more after
+the last line, and N/N at the end. The
 variable is taken out of this process's environment once read, so the pytest runs that tests start themselves do
 not write into the entry's progress."""
 import os

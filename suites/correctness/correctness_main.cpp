@@ -83,8 +83,9 @@ void register_tests() {
 
 // With DETOPS_PROGRESS set, one line on stderr per op and every ~10% of the tests (long runs show
 // progress; --gtest_brief=1 prints only failures). With DETOPS_PROGRESS_FILE set (scripts/test.sh), lines
-// '[correctness <done>/<total> <elapsed>s]' appended to that file, at the start, at each whole percent and at least
-// every 15 s, and at the end, for the test command's watcher (scripts/lib.sh detops_watch_progress).
+// '[correctness <done>/<total> <elapsed>s]' appended to that file: at the start, then at the end of a test that
+// reaches a whole percent or ends 15 s or more after the last line, for the test command's watcher (scripts/lib.sh
+// detops_watch_progress).
 class ProgressListener : public testing::EmptyTestEventListener {
  public:
   ProgressListener(bool to_stderr, std::string file) : to_stderr_(to_stderr), file_(std::move(file)) {}

@@ -49,7 +49,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_configure(config):
     """DETOPS_PYTEST_TIMES_OUT=FILE: each test's time written there at the end, for the next run's split
-    (pytest_split.py)."""
+    (pytest_split.py). DETOPS_PROGRESS_FILE=FILE: the test command's progress lines (suites/progress_file.py)."""
     import os
 
     out = os.environ.get("DETOPS_PYTEST_TIMES_OUT")
