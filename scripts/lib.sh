@@ -172,7 +172,7 @@ detops_build_progress() {
     if [ "$finished" -gt 0 ] && [ "$finished" -lt "$total" ] && [ $((now - last)) -ge "$every" ]; then
       last=$now
       elapsed=$((now - start))
-      detops_log "build: $finished/$total steps, $(_detops_fmt_s "$elapsed"), about $(_detops_fmt_s $((elapsed * (total - finished) / finished))) left"
+      detops_log "build: $(_detops_progress_text "$finished" "$total" "$elapsed" " steps")"
     fi
   done
   return 0
@@ -197,16 +197,23 @@ detops_watch_progress() {
     [[ "$line" =~ ^\[([A-Za-z0-9_]+)\ ([0-9]+)/([0-9]+)\ ([0-9]+)s\]$ ]] || continue
     shown=$line
     local tag=${BASH_REMATCH[1]} finished=${BASH_REMATCH[2]} total=${BASH_REMATCH[3]} elapsed=${BASH_REMATCH[4]}
-    if [ "$finished" -gt 0 ] && [ "$finished" -lt "$total" ]; then
-      detops_log "tests: $tag $finished/$total, $(_detops_fmt_s "$elapsed"), about $(_detops_fmt_s $((elapsed * (total - finished) / finished))) left"
-    else
-      detops_log "tests: $tag $finished/$total, $(_detops_fmt_s "$elapsed")"
-    fi
+    detops_log "tests: $tag $(_detops_progress_text "$finished" "$total" "$elapsed")"
   done
 }
 
 _detops_fmt_s() {
   if [ "$1" -ge 60 ]; then printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); else printf '%ds' "$1"; fi
+}
+
+# DONE TOTAL ELAPSED_S [UNIT] -> "DONE/TOTAL[UNIT], <elapsed>, about <left> left", the time left at the mean pace so
+# far (no estimate before the first step or after the last).
+_detops_progress_text() {
+  local head="$1/$2${4:-}, $(_detops_fmt_s "$3")"
+  if [ "$1" -gt 0 ] && [ "$1" -lt "$2" ]; then
+    printf '%s, about %s left' "$head" "$(_detops_fmt_s $(($3 * ($2 - $1) / $1)))"
+  else
+    printf '%s' "$head"
+  fi
 }
 
 detops_gpu_visible() {

@@ -279,8 +279,11 @@ Matrixd box_iou_pairwise(const BoxIouParams& p, const Matrixd& boxes1, const Mat
   for (Eigen::Index i = 0; i < boxes1.rows(); ++i) {
     for (Eigen::Index j = 0; j < boxes2.rows(); ++j) {
       const Box<double> a = box_row(boxes1, i), b = box_row(boxes2, j);
-      const double alpha = p.variant == BoxIouVariant::kCIoU && finite(a) && finite(b) ? pair_alpha(p, a, b) : 0.0;
-      out(i, j) = finite(a) && finite(b) ? pair_value(p, a, b, alpha) : kNaN;
+      if (!finite(a) || !finite(b)) {
+        out(i, j) = kNaN;
+        continue;
+      }
+      out(i, j) = pair_value(p, a, b, p.variant == BoxIouVariant::kCIoU ? pair_alpha(p, a, b) : 0.0);
     }
   }
   return out;
@@ -304,8 +307,7 @@ BoxIouGrads box_iou_pairwise_backward(const BoxIouParams& p, const Matrixd& boxe
         continue;
       }
       const auto [ra, rb] = leaves(tape, a, b);
-      const double alpha = p.variant == BoxIouVariant::kCIoU ? pair_alpha(p, a, b) : 0.0;
-      partials(tape, pair_value(p, ra, rb, alpha), grad(i, j), d);
+      partials(tape, pair_value(p, ra, rb, p.variant == BoxIouVariant::kCIoU ? pair_alpha(p, a, b) : 0.0), grad(i, j), d);
       for (int k = 0; k < 4; ++k) {
         g.boxes1(i, k) += d[k];
         g.boxes2(j, k) += d[4 + k];

@@ -1,4 +1,5 @@
-"""The test command's progress with the time left (scripts/test.sh): the long entries append
+"""Progress with the time left: the build's (lib.sh detops_build_progress, run.sh and test.sh), and the test command's
+(scripts/test.sh): the long entries append
 '[<tag> <done>/<total> <elapsed>s]' lines to DETOPS_PROGRESS_FILE (the correctness binary, shard_suite.py, the pytest
 entries through suites/progress_file.py), and lib.sh's detops_watch_progress shows the newest one with the time left."""
 import os
@@ -90,6 +91,35 @@ def test_shard_suite_writes_the_merged_progress_not_its_processes(tmp_path):
     lines = progress_lines(out)
     assert lines and {t for t, *_ in lines} == {"shard_suite"}, lines
     assert all(n == 2 and 0 <= d <= 2 for _, d, n, _ in lines), lines
+
+
+def test_the_build_step_shows_the_time_left():
+    """scripts/lib.sh's detops_build_progress (the build of run.sh and test.sh): ninja's lines pass through
+    unchanged, a [detops] line with the steps done, the time so far and the time left follows a step line once
+    DETOPS_PROGRESS_S seconds have passed since the last one (none after the last step), and under pipefail a
+    failing build still fails the pipeline."""
+    def run(script, every):
+        env = dict(os.environ, DETOPS_PROGRESS_S=str(every))
+        return subprocess.run(["bash", "-c", f'set -euo pipefail; source "{ROOT}/scripts/lib.sh" >/dev/null; {script}'],
+                              capture_output=True, text=True, env=env)
+
+    ninja = r'printf "[1/4] Building CXX a.o\n[2/4] Building CUDA b.o\nwarning: w\n[3/4] Linking c\n[4/4] Linking d"'
+    r = run(f"{ninja} | detops_build_progress", 0)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln for ln in lines if not ln.startswith("[detops]")] == [
+        "[1/4] Building CXX a.o", "[2/4] Building CUDA b.o", "warning: w", "[3/4] Linking c", "[4/4] Linking d"]
+    assert [ln for ln in lines if ln.startswith("[detops]")] == [
+        "[detops] build: 1/4 steps, 0s, about 0s left", "[detops] build: 2/4 steps, 0s, about 0s left",
+        "[detops] build: 3/4 steps, 0s, about 0s left"]
+    assert lines.index("[detops] build: 1/4 steps, 0s, about 0s left") == 1  # right after its step
+    # Two seconds in, two of five steps done: 2 s * 3 / 2 = 3 s left (one clock second either way).
+    r = run(r'{ printf "[1/5] a\n"; sleep 2.2; printf "[2/5] b\n"; } | detops_build_progress', 2)
+    assert r.returncode == 0, r.stderr
+    progress = [ln for ln in r.stdout.splitlines() if ln.startswith("[detops]")]
+    assert len(progress) == 1 and re.fullmatch(r"\[detops\] build: 2/5 steps, [23]s, about [345]s left", progress[0]), progress
+    r = run(r'{ printf "[1/2] a\nerror: e\n"; exit 3; } | detops_build_progress || echo "status $?"', 0)
+    assert r.stdout.splitlines()[-1] == "status 3", r.stdout
 
 
 def test_the_watcher_shows_the_newest_line_with_the_time_left(tmp_path):
