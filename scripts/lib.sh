@@ -255,15 +255,26 @@ detops_use_reference_cache() {  # DEFAULT_DIR: export DETOPS_REFERENCE_CACHE (th
 }
 
 detops_peer_times() {  # GPU RUN_ID: the torchvision peer suite's earlier test times for its split (suites/peer/pytest_split.py),
-  # colon-separated: every peer_times-*.json of the newest earlier run of this GPU model under results/runs/ (not
-  # RUN_ID's own), else the committed results/suite-times/<GPU>.peer.json.gz, else nothing (a split by hash).
-  local prev
+  # colon-separated, merged in order by the split (a later file's time of a test wins): the committed
+  # results/suite-times/<GPU>.peer.json.gz, then every peer_times-*.json of the newest earlier run of this GPU model under
+  # results/runs/ (not RUN_ID's own); either alone when the other is missing; nothing: a split by hash. The committed
+  # times come first so that a test the earlier run did not hold (a quick gate's: only its ops) keeps a time.
+  local prev files=()
+  [ -f "$DETOPS_ROOT/results/suite-times/$1.peer.json.gz" ] && files+=("$DETOPS_ROOT/results/suite-times/$1.peer.json.gz")
   prev=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$1"/peer_times-0.json 2>/dev/null | grep -v "/$2/" | head -n1 || true)
-  if [ -n "$prev" ]; then
-    ls "${prev%peer_times-0.json}"peer_times-*.json | paste -sd: -
-  elif [ -f "$DETOPS_ROOT/results/suite-times/$1.peer.json.gz" ]; then
-    echo "$DETOPS_ROOT/results/suite-times/$1.peer.json.gz"
-  fi
+  [ -n "$prev" ] && files+=("${prev%peer_times-0.json}"peer_times-*.json)
+  [ ${#files[@]} -eq 0 ] || (IFS=:; echo "${files[*]}")
+  return 0
+}
+
+detops_suite_times() {  # GPU RUN_ID: the correctness shards' earlier test times (scripts/shard_suite.py --timings),
+  # colon-separated and merged in order likewise: the committed results/suite-times/<GPU>.json.gz, then the
+  # correctness.json of the newest earlier run of this GPU model (not RUN_ID's own).
+  local prev files=()
+  [ -f "$DETOPS_ROOT/results/suite-times/$1.json.gz" ] && files+=("$DETOPS_ROOT/results/suite-times/$1.json.gz")
+  prev=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$1"/correctness.json 2>/dev/null | grep -v "/$2/" | head -n1 || true)
+  [ -n "$prev" ] && files+=("$prev")
+  [ ${#files[@]} -eq 0 ] || (IFS=:; echo "${files[*]}")
   return 0
 }
 

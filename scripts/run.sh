@@ -131,11 +131,14 @@ if [ "$gpu" != no-gpu ] && peer_available; then
     for ((i = 0; i < n; i++)); do peer_gpus+=(""); done  # "": the job's own GPU
   fi
   # The split is by each test's time in the newest earlier run on this GPU model (its peer_times-*.json, which every
-  # process writes), else by the committed times of this model (results/suite-times/<gpu>.peer.json.gz, as the
-  # correctness shards use results/suite-times/<gpu>.json.gz), else by a hash of the test id (suites/peer/pytest_split.py).
+  # process writes), for the tests it did not run by the committed times of this model
+  # (results/suite-times/<gpu>.peer.json.gz, as the correctness shards use results/suite-times/<gpu>.json.gz), else by
+  # a hash of the test id (suites/peer/pytest_split.py).
   peer_times=$(detops_peer_times "$gpu" "$run_id")
-  first_times=${peer_times%%:*}  # for the log line: the committed file, or the first of the earlier run's files
-  detops_log "peer suite: pytest suites/peer beside the correctness shards, ${#peer_gpus[@]} process(es)$([ "${gpu_count:-0}" -gt 1 ] && echo ', one per GPU'), split by $([ -n "$peer_times" ] && echo "the test times in ${first_times#$DETOPS_ROOT/}" || echo 'a hash of the test id (no earlier test times)') (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
+  # For the log line: the sources, the earlier run's (its peer_times-*.json as one) over the committed file.
+  peer_sources=$(tr ':' '\n' <<<"$peer_times" | sed -e "s|^$DETOPS_ROOT/||" -e 's|/peer_times-[0-9]*\.json$|/peer_times-*.json|' |
+    uniq | tac | paste -sd '|' | sed 's/|/ over /g')
+  detops_log "peer suite: pytest suites/peer beside the correctness shards, ${#peer_gpus[@]} process(es)$([ "${gpu_count:-0}" -gt 1 ] && echo ', one per GPU'), split by $([ -n "$peer_times" ] && echo "the test times in $peer_sources" || echo 'a hash of the test id (no earlier test times)') (CPU and CUDA; logs: ${out#$DETOPS_ROOT/}/peer_pytest*.log)"
   (
     set +e
     pids=()
@@ -159,10 +162,9 @@ start=$(date +%s)
 set +e
 # The shards share the GPU; the large-index checks (tens of GB of device memory each) run afterwards in one
 # process. Progress with the time left every 20 s; a crashed shard is reported and the others' results kept.
-# Shards of near-equal expected time: the times of the newest earlier run on this GPU model, else the
-# committed ones (results/suite-times/); without either, GoogleTest's round-robin split.
-timings=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$gpu"/correctness.json 2>/dev/null | grep -v "/$run_id/" | head -n1 || true)
-[ -z "$timings" ] && [ -f "$DETOPS_ROOT/results/suite-times/$gpu.json.gz" ] && timings="$DETOPS_ROOT/results/suite-times/$gpu.json.gz"
+# Shards of near-equal expected time: the committed times of this GPU model (results/suite-times/) under those of the
+# newest earlier run on it (lib.sh detops_suite_times); without either, GoogleTest's round-robin split.
+timings=$(detops_suite_times "$gpu" "$run_id")
 # The fp64 references kept between runs of one build (harness/reference_cache.h: keyed by the build's bytes, the case and
 # its inputs; DETOPS_REFERENCE_CACHE= (empty) turns it off), pruned to DETOPS_REFERENCE_CACHE_GB (default 20),
 # least recently used first.

@@ -10,7 +10,8 @@ Process i runs with GTEST_TOTAL_SHARDS=N and GTEST_SHARD_INDEX=i (GoogleTest spl
 between them), writes its own GoogleTest JSON and, with --outputs, its own output dumps
 (DETOPS_SAVE_OUTPUTS=DIR/shard-i). When all have ended: the JSON files are merged into --out (one
 "testsuites" list, counts recomputed) and the dumps into DIR (files moved, index.json the union).
-With --timings (a previous run's GoogleTest JSON), the shards are instead lists of tests of near-equal
+With --timings (a previous run's GoogleTest JSON, or several such files separated by os.pathsep: merged in order, a
+later file's time of a test replacing an earlier one's), the shards are instead lists of tests of near-equal
 expected time (longest first, each to the least loaded shard), so one shard holding several slow tests does not
 set the wall time; the CPU and CUDA forward (backward) checks of one case and dtype stay together, since the
 process computes their fp64 reference once for both (share_key). Each process gets an equal share of the CPUs for its thread pools (OMP_NUM_THREADS /
@@ -153,6 +154,17 @@ def load_timings(path):
         return {}
 
 
+def load_timing_files(spec):
+    """load_timings of each file in spec (os.pathsep-separated), merged in order: a later file's time of a test
+    replaces an earlier one's. scripts/run.sh passes the committed times of the GPU model first and the newest
+    earlier run's after them, so a test that run did not hold (a quick gate before a full run: only the scoped ops'
+    tests) keeps its committed time instead of counting as the median of the few recorded."""
+    times = {}
+    for path in filter(None, str(spec).split(os.pathsep)):
+        times.update(load_timings(path))
+    return times
+
+
 # <op>.forward.<case>.<dtype>.<device> and <op>.backward...: the CPU and CUDA checks of one case, dtype and
 # direction compare with the same fp64 reference, which the suite's process computes once for both when they run
 # in it (checks.cpp's case memo), so they go to one shard.
@@ -225,8 +237,9 @@ def main(argv=None):
     ap.add_argument("--outputs", help="save and merge output dumps (DETOPS_SAVE_OUTPUTS) into this folder")
     ap.add_argument("--serial", default="", help="globs (':'-separated) of tests run afterwards in one process")
     ap.add_argument("--interval", type=float, default=30.0, help="seconds between progress lines")
-    ap.add_argument("--timings", help="a previous run's GoogleTest JSON (or {test: seconds}): shards of equal "
-                    "expected time instead of GoogleTest's round-robin split")
+    ap.add_argument("--timings", help="a previous run's GoogleTest JSON (or {test: seconds}), or several separated "
+                    "by os.pathsep (merged in order, later files winning): shards of equal expected time instead of "
+                    "GoogleTest's round-robin split")
     ap.add_argument("--serial-after", help="start the serial tests (or end) only once this file exists (a job beside "
                                            "the shards writes it when it ends)")
     ap.add_argument("--serial-after-log", action="append", default=[],
@@ -289,14 +302,15 @@ def main(argv=None):
                 "log": log, "file": f, "part": part, "gpu": gpu}
 
     procs = []
-    times = load_timings(args.timings) if args.timings else {}
+    times = load_timing_files(args.timings) if args.timings else {}
+    timing_files = [p for p in str(args.timings or "").split(os.pathsep) if p]
     names = list_tests(binary, shard_filter) if times else []
     if times and not names:  # nothing listed (or the listing failed): GoogleTest's own split still runs the filter
         print("[shard_suite] --timings: the binary listed no test for the filter; GoogleTest's round-robin shards "
               "instead", file=sys.stderr)
     if names:
         lists, expected = balanced_partition(names, times, args.shards)
-        print(f"[shard_suite] shards balanced by the test times in {args.timings}: expected "
+        print(f"[shard_suite] shards balanced by the test times in {' over '.join(reversed(timing_files))}: expected "
               f"{min(expected):.0f}-{max(expected):.0f} s of test time each", flush=True)
         for i, group in enumerate(lists):
             if group:

@@ -423,39 +423,88 @@ def test_the_waiting_line_follows_the_slowest_peer_process(tmp_path):
     assert shard_suite.wait_progress([], 100) == ""
 
 
-def test_the_peer_suite_splits_by_the_newest_earlier_times(tmp_path):
-    """scripts/lib.sh's detops_peer_times (run.sh's split of the peer suite): every peer_times-*.json of the newest
-    earlier run of this GPU model (not the run's own folder, not another model's), else the committed
-    results/suite-times/<gpu>.peer.json.gz, else nothing (a split by hash)."""
-    runs = tmp_path / "results" / "runs"
+def _earlier_times(tmp_path, function, gpu, run_id):
+    r = subprocess.run(["bash", "-c", f'source "{ROOT}/scripts/lib.sh"; DETOPS_ROOT="{tmp_path}"; '
+                                      f'{function} "{gpu}" "{run_id}"'], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
 
-    def run(name, files, age):
-        d = runs / name
-        d.mkdir(parents=True)
-        for f in files:
-            (d / f).write_text("{}")
-            os.utime(d / f, (1e9 - age, 1e9 - age))
-        return d
 
+def _run_folder(tmp_path, name, files, age):
+    d = tmp_path / "results" / "runs" / name
+    d.mkdir(parents=True)
+    for f in files:
+        (d / f).write_text("{}")
+        os.utime(d / f, (1e9 - age, 1e9 - age))
+    return d
+
+
+def test_the_peer_suite_splits_by_the_newest_earlier_times_over_the_committed_ones(tmp_path):
+    """scripts/lib.sh's detops_peer_times (run.sh's split of the peer suite): the committed
+    results/suite-times/<gpu>.peer.json.gz first, then every peer_times-*.json of the newest earlier run of this GPU
+    model (not the run's own folder, not another model's), merged in that order by the split, so a test the earlier
+    run did not hold (a quick gate's) keeps its committed time; either alone; nothing (a split by hash)."""
     def peer_times(gpu, run_id):
-        r = subprocess.run(["bash", "-c", f'source "{ROOT}/scripts/lib.sh"; DETOPS_ROOT="{tmp_path}"; '
-                                          f'detops_peer_times "{gpu}" "{run_id}"'], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        return r.stdout.strip()
+        return _earlier_times(tmp_path, "detops_peer_times", gpu, run_id)
 
     assert peer_times("NVIDIA-H200", "now_NVIDIA-H200") == ""
+    older = _run_folder(tmp_path, "20261101T000000Z_NVIDIA-H200", ["peer_times-0.json", "peer_times-1.json"], 300)
+    newer = _run_folder(tmp_path, "20261102T000000Z_NVIDIA-H200",
+                        ["peer_times-0.json", "peer_times-1.json", "peer_times-2.json"], 200)
+    _run_folder(tmp_path, "20261103T000000Z_NVIDIA-H100-80GB-HBM3", ["peer_times-0.json"], 100)  # another model, newer
+    _run_folder(tmp_path, "now_NVIDIA-H200", ["peer_times-0.json"], 0)  # the run itself, newest
+    _run_folder(tmp_path, "20261104T000000Z_NVIDIA-H200", ["correctness.json"], 50)  # no peer times
+    newest = [str(newer / f"peer_times-{i}.json") for i in range(3)]
+    assert peer_times("NVIDIA-H200", "now_NVIDIA-H200").split(":") == newest
     committed = tmp_path / "results" / "suite-times" / "NVIDIA-H200.peer.json.gz"
     committed.parent.mkdir(parents=True)
     committed.write_bytes(b"")
-    assert peer_times("NVIDIA-H200", "now_NVIDIA-H200") == str(committed)
-    older = run("20261101T000000Z_NVIDIA-H200", ["peer_times-0.json", "peer_times-1.json"], 300)
-    newer = run("20261102T000000Z_NVIDIA-H200", ["peer_times-0.json", "peer_times-1.json", "peer_times-2.json"], 200)
-    run("20261103T000000Z_NVIDIA-H100-80GB-HBM3", ["peer_times-0.json"], 100)  # another model, newer
-    run("now_NVIDIA-H200", ["peer_times-0.json"], 0)  # the run itself, newest
-    run("20261104T000000Z_NVIDIA-H200", ["correctness.json"], 50)  # no peer times
     got = peer_times("NVIDIA-H200", "now_NVIDIA-H200").split(":")
-    assert got == [str(newer / f"peer_times-{i}.json") for i in range(3)], got
+    assert got == [str(committed)] + newest, got
     assert str(older) not in ":".join(got)
+    assert peer_times("NVIDIA-H100-80GB-HBM3", "x") == str(tmp_path / "results" / "runs" /
+                                                           "20261103T000000Z_NVIDIA-H100-80GB-HBM3" / "peer_times-0.json")
+    # The split merges them in order: the earlier run's time of a test wins, the committed one fills the rest.
+    sys.path.insert(0, str(ROOT / "suites" / "peer"))
+    import gzip as gz
+    import pytest_split
+    committed.write_bytes(gz.compress(json.dumps({"t::a": 5.0, "t::b": 7.0}).encode()))
+    (newer / "peer_times-0.json").write_text(json.dumps({"t::a": 1.0}))
+    times, bad = pytest_split.recorded_times(":".join(got))
+    assert times == {"t::a": 1.0, "t::b": 7.0} and bad == []
+
+
+def test_the_correctness_shards_split_by_the_newest_earlier_times_over_the_committed_ones(tmp_path, capsys):
+    """scripts/lib.sh's detops_suite_times (run.sh's --timings for shard_suite): the committed
+    results/suite-times/<gpu>.json.gz, then the newest earlier run's correctness.json of this GPU model, and
+    shard_suite.load_timing_files merges them in that order. Before, a quick gate's correctness.json (one op's tests)
+    alone split the next full run: its other 24,000 tests counted as the median of one op's, and the shards ended at
+    1 min 40 s instead of 1 min 30 s (H200, 2026-11-29)."""
+    import shard_suite
+
+    def suite_times(gpu, run_id):
+        return _earlier_times(tmp_path, "detops_suite_times", gpu, run_id)
+
+    assert suite_times("NVIDIA-H200", "now_NVIDIA-H200") == ""
+    committed = tmp_path / "results" / "suite-times" / "NVIDIA-H200.json.gz"
+    committed.parent.mkdir(parents=True)
+    import gzip as gz
+    committed.write_bytes(gz.compress(json.dumps({"op.forward.a.fp32.cuda": 5.0, "op.forward.b.fp32.cuda": 7.0}).encode()))
+    assert suite_times("NVIDIA-H200", "now_NVIDIA-H200") == str(committed)
+    _run_folder(tmp_path, "20261101T000000Z_NVIDIA-H200", ["correctness.json"], 300)
+    newer = _run_folder(tmp_path, "20261102T000000Z_NVIDIA-H200", ["correctness.json"], 200)
+    _run_folder(tmp_path, "20261103T000000Z_NVIDIA-H100-80GB-HBM3", ["correctness.json"], 100)
+    _run_folder(tmp_path, "now_NVIDIA-H200", ["correctness.json"], 0)
+    spec = suite_times("NVIDIA-H200", "now_NVIDIA-H200")
+    assert spec.split(":") == [str(committed), str(newer / "correctness.json")], spec
+    report = {"testsuites": [{"name": "op.forward", "testsuite": [{"name": "a.fp32.cuda", "time": "1.5s"}]}]}
+    (newer / "correctness.json").write_text(json.dumps(report))
+    assert shard_suite.load_timing_files(spec) == {"op.forward.a.fp32.cuda": 1.5, "op.forward.b.fp32.cuda": 7.0}
+    # An unreadable file is left out with its warning; the others still count.
+    (newer / "correctness.json").write_text('{"testsuites": 7')
+    assert shard_suite.load_timing_files(spec) == {"op.forward.a.fp32.cuda": 5.0, "op.forward.b.fp32.cuda": 7.0}
+    assert "not used" in capsys.readouterr().err
+    assert shard_suite.load_timing_files("") == {}
 
 
 def test_the_suite_step_waits_for_every_peer_process():
