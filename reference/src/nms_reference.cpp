@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <sstream>
 
@@ -22,6 +23,12 @@ bool ranks_above(double a, double b) {
 }
 
 bool ranks_at_or_above(double a, double b) { return !ranks_above(b, a); }
+
+// The class of box a as a key of the per-class lists below (0 for every box without classes). Boxes of different
+// classes are never compared (their IoU is NaN, which exceeds no threshold), so a box need only be held against the
+// kept boxes of its own class: the same decisions as against every kept box, without the NaN comparisons, which made
+// a batched case of 100,000 boxes in 3 classes cost three times its one-class twin.
+std::int64_t class_key(const NmsBoxes& in, std::int64_t a) { return in.classes.empty() ? 0 : in.classes[a]; }
 
 }  // namespace
 
@@ -52,13 +59,18 @@ std::vector<std::int64_t> nms_reference_ranking(const NmsBoxes& in) {
 
 std::vector<std::int64_t> nms_reference(const NmsBoxes& in, double iou_threshold, NmsIouPrecision precision) {
   std::vector<std::int64_t> kept;
+  std::map<std::int64_t, std::vector<std::int64_t>> kept_of_class;  // the same boxes, per class
   for (const std::int64_t candidate : nms_reference_ranking(in)) {
-    const bool suppressed = std::any_of(kept.begin(), kept.end(), [&](std::int64_t k) {
+    std::vector<std::int64_t>& same = kept_of_class[class_key(in, candidate)];
+    const bool suppressed = std::any_of(same.begin(), same.end(), [&](std::int64_t k) {
       const double iou = nms_reference_iou(in, k, candidate);
       const double held = precision == NmsIouPrecision::kFloat ? static_cast<double>(static_cast<float>(iou)) : iou;
       return held > iou_threshold;
     });
-    if (!suppressed) kept.push_back(candidate);
+    if (!suppressed) {
+      kept.push_back(candidate);
+      same.push_back(candidate);
+    }
   }
   return kept;
 }
@@ -93,22 +105,29 @@ NmsValidity check_nms_validity(const NmsBoxes& in, const std::vector<std::int64_
     is_kept[k] = 1;
     valid_keep.push_back(k);
   }
+  // The kept boxes per class, in keep order: the pairs of different classes have IoU NaN and pass both tests below.
+  std::map<std::int64_t, std::vector<std::int64_t>> kept_of_class;
   for (std::size_t pos = 0; pos < valid_keep.size(); ++pos) {
-    for (std::size_t earlier = 0; earlier < pos; ++earlier) {
-      const double iou = nms_reference_iou(in, valid_keep[earlier], valid_keep[pos]);
+    std::vector<std::int64_t>& same = kept_of_class[class_key(in, valid_keep[pos])];
+    for (const std::int64_t earlier : same) {
+      const double iou = nms_reference_iou(in, earlier, valid_keep[pos]);
       if (iou > iou_threshold + tol) {
         std::ostringstream os;
         os.precision(17);
-        os << "kept box " << valid_keep[pos] << " overlaps the earlier kept box " << valid_keep[earlier]
+        os << "kept box " << valid_keep[pos] << " overlaps the earlier kept box " << earlier
            << " with IoU " << iou << " > threshold " << iou_threshold << " + " << tol;
         report(os.str());
         break;
       }
     }
+    same.push_back(valid_keep[pos]);
   }
+  const std::vector<std::int64_t> none;
   for (std::int64_t j = 0; j < n; ++j) {
     if (is_kept[j]) continue;
-    const bool has_suppressor = std::any_of(valid_keep.begin(), valid_keep.end(), [&](std::int64_t k) {
+    const auto found = kept_of_class.find(class_key(in, j));
+    const std::vector<std::int64_t>& same = found == kept_of_class.end() ? none : found->second;
+    const bool has_suppressor = std::any_of(same.begin(), same.end(), [&](std::int64_t k) {
       return ranks_at_or_above(in.scores[k], in.scores[j]) && nms_reference_iou(in, k, j) > iou_threshold - tol;
     });
     if (!has_suppressor) {
