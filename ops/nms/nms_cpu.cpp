@@ -4,10 +4,11 @@
 //
 // The greedy pass runs per class (boxes of different classes never suppress each other), and a kept box looks
 // for the boxes it may suppress through a uniform grid over its class's boxes instead of testing every later box:
-// at a threshold >= 0 a pair suppresses only when both overlap extents are positive (nms_suppresses), so the two
-// boxes share at least one cell of any monotone mapping of coordinates to cells. Every candidate is still decided
-// by nms_suppresses, so the kept boxes are exactly those of the plain pass (which a negative threshold, where
-// disjoint boxes suppress too, and small classes still run). 100,000 clustered boxes: about 3 s -> 0.1 s here.
+// at a threshold that is not negative (NaN included) a pair suppresses only when both overlap extents are positive
+// (nms_suppresses), so the two boxes share at least one cell of any monotone mapping of coordinates to cells. Every
+// candidate is still decided by nms_suppresses, so the kept boxes are exactly those of the plain pass (which a
+// negative threshold, where disjoint boxes suppress too, and small classes still run). 100,000 clustered boxes in
+// three classes: about 3 s -> 0.4 s on the development machine (perf profiles of the batched_nms CPU test).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -97,11 +98,11 @@ CellAxis make_axis(std::vector<double> lows, std::vector<double> highs, std::vec
   return a;
 }
 
-// The greedy pass over one class (threshold >= 0) with the grid: boxes with x1 < x2 and y1 < y2 (NaN fails) are
-// listed in every cell they cover, or, covering more than kMaxCellsPerBox cells, in `wide`; the others (inverted,
-// empty, NaN) can neither suppress nor be suppressed at such a threshold, so they are kept when reached and suppress
-// nothing. A kept box tests the later live boxes of its cells (each once: `seen`) and of `wide`; a wide kept box
-// tests every later box of the class.
+// The greedy pass over one class (a threshold that is not negative) with the grid: boxes with x1 < x2 and y1 < y2
+// (NaN fails) are listed in every cell they cover, or, covering more than kMaxCellsPerBox cells, in `wide`; the others
+// (inverted, empty, NaN) can neither suppress nor be suppressed at such a threshold, so they are kept when reached and
+// suppress nothing. A kept box tests the later live boxes of its cells (each once: `seen`) and of `wide`; a wide kept
+// box tests every later box of the class.
 template <typename Acc>
 void greedy_grid(const std::vector<NmsBox<Acc>>& boxes, const std::vector<std::int64_t>& pos,
                  const NmsThreshold<Acc>& th, std::vector<char>& removed, std::vector<std::int64_t>& kept) {
