@@ -254,29 +254,28 @@ detops_use_reference_cache() {  # DEFAULT_DIR: export DETOPS_REFERENCE_CACHE (th
   [ -z "$DETOPS_REFERENCE_CACHE" ] || detops_prune_reference_cache "$DETOPS_REFERENCE_CACHE" "${DETOPS_REFERENCE_CACHE_GB:-20}"
 }
 
-detops_peer_times() {  # GPU RUN_ID: the torchvision peer suite's earlier test times for its split (suites/peer/pytest_split.py),
-  # colon-separated, merged in order by the split (a later file's time of a test wins): the committed
-  # results/suite-times/<GPU>.peer.json.gz, then every peer_times-*.json of the newest earlier run of this GPU model under
-  # results/runs/ (not RUN_ID's own); either alone when the other is missing; nothing: a split by hash. The committed
-  # times come first so that a test the earlier run did not hold (a quick gate's: only its ops) keeps a time.
+# Earlier test times for a split, colon-separated and merged in that order by their reader (a later file's time of a
+# test wins): the committed results/suite-times/<GPU><SUFFIX>, then the files FILES (a glob) of the newest earlier run
+# of this GPU model under results/runs/ that holds NEWEST (not RUN_ID's own); either alone when the other is missing;
+# nothing: the reader's fallback. The committed times come first so that a test the earlier run did not hold (a quick
+# gate's: only its ops) keeps a time.
+_detops_earlier_times() {  # GPU RUN_ID SUFFIX NEWEST FILES
   local prev files=()
-  [ -f "$DETOPS_ROOT/results/suite-times/$1.peer.json.gz" ] && files+=("$DETOPS_ROOT/results/suite-times/$1.peer.json.gz")
-  prev=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$1"/peer_times-0.json 2>/dev/null | grep -v "/$2/" | head -n1 || true)
-  [ -n "$prev" ] && files+=("${prev%peer_times-0.json}"peer_times-*.json)
+  [ -f "$DETOPS_ROOT/results/suite-times/$1$3" ] && files+=("$DETOPS_ROOT/results/suite-times/$1$3")
+  prev=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$1"/"$4" 2>/dev/null | grep -v "/$2/" | head -n1 || true)
+  # FILES unquoted: a glob, expanded here
+  [ -n "$prev" ] && files+=("${prev%"$4"}"$5)
   [ ${#files[@]} -eq 0 ] || (IFS=:; echo "${files[*]}")
   return 0
 }
 
-detops_suite_times() {  # GPU RUN_ID: the correctness shards' earlier test times (scripts/shard_suite.py --timings),
-  # colon-separated and merged in order likewise: the committed results/suite-times/<GPU>.json.gz, then the
-  # correctness.json of the newest earlier run of this GPU model (not RUN_ID's own).
-  local prev files=()
-  [ -f "$DETOPS_ROOT/results/suite-times/$1.json.gz" ] && files+=("$DETOPS_ROOT/results/suite-times/$1.json.gz")
-  prev=$(ls -t "$DETOPS_ROOT"/results/runs/*_"$1"/correctness.json 2>/dev/null | grep -v "/$2/" | head -n1 || true)
-  [ -n "$prev" ] && files+=("$prev")
-  [ ${#files[@]} -eq 0 ] || (IFS=:; echo "${files[*]}")
-  return 0
-}
+# GPU RUN_ID: the torchvision peer suite's earlier test times (suites/peer/pytest_split.py): <GPU>.peer.json.gz, then
+# every peer_times-*.json of the newest earlier run; nothing: a split by hash.
+detops_peer_times() { _detops_earlier_times "$1" "$2" .peer.json.gz peer_times-0.json 'peer_times-*.json'; }
+
+# GPU RUN_ID: the correctness shards' earlier test times (scripts/shard_suite.py --timings): <GPU>.json.gz, then the
+# newest earlier run's correctness.json; nothing: GoogleTest's round-robin split.
+detops_suite_times() { _detops_earlier_times "$1" "$2" .json.gz correctness.json correctness.json; }
 
 detops_prune_reference_cache() {  # DIR GB: the oldest entries (by modification time: a hit touches its file) removed
   local dir=$1 cap=$2                # until the cache holds at most GB gibibytes; leftover temporary files too

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "common/dispatch.h"
@@ -72,7 +73,7 @@ struct CellAxis {
 
 // An axis over the finite lows and highs of the live boxes: cells of about twice the median extent, at most
 // max_cells of them.
-CellAxis make_axis(std::vector<double> lows, std::vector<double> highs, std::vector<double> extents,
+CellAxis make_axis(const std::vector<double>& lows, const std::vector<double>& highs, std::vector<double> extents,
                    std::int64_t max_cells) {
   CellAxis a;
   double lo = 0, hi = 0;
@@ -121,7 +122,7 @@ void greedy_grid(const std::vector<NmsBox<Acc>>& boxes, const std::vector<std::i
     h.push_back(static_cast<double>(b.y2) - b.y1);
   }
   const std::int64_t per_axis = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::sqrt(4.0 * m)));
-  const CellAxis ax = make_axis(x1, x2, w, per_axis), ay = make_axis(y1, y2, h, per_axis);
+  const CellAxis ax = make_axis(x1, x2, std::move(w), per_axis), ay = make_axis(y1, y2, std::move(h), per_axis);
   // The cell lists (CSR): pass 0 counts, pass 1 fills, each list in increasing class index.
   std::vector<std::int64_t> start(static_cast<std::size_t>(ax.cells * ay.cells) + 1, 0), members;
   std::vector<std::int64_t> wide;
