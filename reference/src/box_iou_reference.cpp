@@ -1,5 +1,6 @@
 #include "detops/reference/box_iou_reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -21,28 +22,34 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 class Tape {
  public:
-  void clear() { nodes_.clear(); }
+  // One pair's value takes under 80 operations (CIoU's, the longest); push() throws past this many.
+  static constexpr int kCapacity = 256;
+
+  void clear() { size_ = 0; }
   int push(int a, double da, int b, double db) {
-    nodes_.push_back({a, b, da, db});
-    return static_cast<int>(nodes_.size()) - 1;
+    if (size_ == kCapacity) throw std::length_error("box_iou reference: a pair's tape is longer than its capacity");
+    nodes_[size_] = {a, b, da, db};
+    return size_++;
   }
   // d out / d node for every node, the output's adjoint seeded with `seed`. Only the output's ancestors
   // pass theirs on (as in torch's graph): a value computed but not used leaves no trace, whatever its partials.
-  const std::vector<double>& adjoints(int out, double seed) {
-    adj_.assign(nodes_.size(), 0.0);
-    reached_.assign(nodes_.size(), 0);
+  // Fixed arrays, not vectors: a pair's tape is tens of nodes, and 6 million pairs spent most of their time
+  // growing and filling vectors.
+  const double* adjoints(int out, double seed) {
+    std::fill(adj_, adj_ + size_, 0.0);
+    std::fill(reached_, reached_ + size_, false);
     adj_[out] = seed;
-    reached_[out] = 1;
+    reached_[out] = true;
     for (int n = out; n >= 0; --n) {
       if (!reached_[n]) continue;
       const Node& e = nodes_[n];
       if (e.a >= 0) {
         adj_[e.a] += adj_[n] * e.da;
-        reached_[e.a] = 1;
+        reached_[e.a] = true;
       }
       if (e.b >= 0) {
         adj_[e.b] += adj_[n] * e.db;
-        reached_[e.b] = 1;
+        reached_[e.b] = true;
       }
     }
     return adj_;
@@ -53,9 +60,10 @@ class Tape {
     int a, b;  // operands (-1: none or a constant)
     double da, db;
   };
-  std::vector<Node> nodes_;
-  std::vector<double> adj_;
-  std::vector<char> reached_;
+  Node nodes_[kCapacity];
+  double adj_[kCapacity];
+  bool reached_[kCapacity];
+  int size_ = 0;
 };
 
 // A value on a tape (id >= 0) or a constant (id -1).
@@ -161,7 +169,7 @@ void partials(Tape& t, const Rev& out, double seed, double (&d)[8]) {
     for (double& x : d) x = 0.0;
     return;
   }
-  const std::vector<double>& adj = t.adjoints(out.id, seed);
+  const double* adj = t.adjoints(out.id, seed);
   for (int k = 0; k < 8; ++k) d[k] = adj[k];
 }
 
