@@ -348,17 +348,19 @@ void apply_determinism(CheckResult& r, const OpSpec& op, Device device, bool bac
 using ForwardFn = std::function<Tensors(const Tensors&)>;
 using BackwardFn = std::function<Tensors(const Tensors&, const Tensors&)>;
 
+using TargetFn = std::function<Tensors(const Tensors&, const Tensors&)>;
+
 // The function whose derivative the backward computes at x0: the forward, or the case's gradient
-// target with its held terms fixed at x0 (recorded as the property fd_function).
-ForwardFn differentiated_function(CheckResult& r, const ForwardFn& forward,
-                                  const std::function<Tensors(const Tensors&, const Tensors&)>& target,
-                                  const Tensors& x0) {
-  if (!target) {
-    r.properties["fd_function"] = "forward";
-    return forward;
-  }
-  r.properties["fd_function"] = "gradient_target";
+// target with its held terms fixed at x0.
+ForwardFn gradient_function(const ForwardFn& forward, const TargetFn& target, const Tensors& x0) {
+  if (!target) return forward;
   return [target, x0](const Tensors& x) { return target(x, x0); };
+}
+
+// gradient_function, recorded as the property fd_function.
+ForwardFn differentiated_function(CheckResult& r, const ForwardFn& forward, const TargetFn& target, const Tensors& x0) {
+  r.properties["fd_function"] = target ? "gradient_target" : "forward";
+  return gradient_function(forward, target, x0);
 }
 
 // sum_j <v_j, f(x)_j>: a 0-dim fp64 tensor on the outputs' device, read by the caller after every evaluation
@@ -458,14 +460,51 @@ bool any_on_cuda(const Tensors& inputs) {
   return std::any_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.defined() && t.is_cuda(); });
 }
 
-// Central finite differences of `forward` (fp64) at sampled elements of each differentiable input,
-// compared with `backward`'s gradient of sum_j <v_j, f_j> at the same elements.
+// Whether CaseData::fd_rows applies to the finite differences of input `idx` at these inputs and outputs (on the
+// CPU, the input one of the listed ones, more than one row, every output N rows or 0-dim with a reduced_scale).
+bool by_rows(const CaseData& d, std::size_t idx, const Tensors& inputs, const Tensors& outputs) {
+  if (!d.fd_rows || d.fd_rows->inputs.empty() || any_on_cuda(inputs)) return false;
+  const auto& listed = d.fd_rows->inputs;
+  if (std::find(listed.begin(), listed.end(), idx) == listed.end()) return false;
+  const at::Tensor& first = inputs.at(listed.front());
+  if (first.dim() == 0 || first.size(0) < 2) return false;
+  const std::int64_t rows = first.size(0);
+  for (std::size_t k : listed) {
+    if (inputs.at(k).dim() == 0 || inputs.at(k).size(0) != rows) return false;
+  }
+  for (const at::Tensor& o : outputs) {
+    if (o.dim() == 0 ? !d.fd_rows->reduced_scale : o.size(0) != rows) return false;
+  }
+  return true;
+}
+
+// One row of a row-separable problem (CaseData::fd_rows): the listed inputs narrowed to `row` (copies: the caller
+// perturbs them), the others as given, and v narrowed to the row or scaled for a 0-dim output.
+struct RowProblem {
+  Tensors inputs, v;
+};
+RowProblem row_problem(const CaseData& d, const Tensors& inputs, const Tensors& v, const Tensors& outputs,
+                       std::int64_t row) {
+  RowProblem p{inputs, {}};
+  for (std::size_t k : d.fd_rows->inputs) p.inputs[k] = inputs[k].narrow(0, row, 1).clone(at::MemoryFormat::Contiguous);
+  const std::int64_t rows = inputs.at(d.fd_rows->inputs.front()).size(0);
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    p.v.push_back(outputs[j].dim() == 0 ? v[j] * d.fd_rows->reduced_scale(rows) : v[j].narrow(0, row, 1));
+  }
+  return p;
+}
+
+// Central finite differences of the function `function_at(inputs)` (fp64) at sampled elements of each
+// differentiable input, compared with `backward`'s gradient of sum_j <v_j, f_j> at the same elements.
+// function_at(x0): the function differentiated at x0 (the forward, or the gradient target held at x0).
 //
 // evaluate_on_host: `forward` is a host function of its inputs on any device (CaseData::op_gradient_target_on_host):
 // the perturbations and evaluations then use CPU copies of the inputs and of v (the backward still gets the
 // inputs as given).
-void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn& forward, const BackwardFn& backward,
-                             const Tensors& inputs, std::uint64_t seed, bool evaluate_on_host = false) {
+void finite_difference_check(CheckResult& r, const CaseData& d, const std::function<ForwardFn(const Tensors&)>& function_at,
+                             const BackwardFn& backward, const Tensors& inputs, std::uint64_t seed,
+                             bool evaluate_on_host = false) {
+  const ForwardFn forward = function_at(inputs);
   const Tensors outputs = forward(inputs);
   const Tensors v = grad_outputs_for(d, outputs, seed);
   const Tensors analytic = backward(inputs, v);
@@ -473,6 +512,7 @@ void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn&
   int points = 0;
   evaluate_on_host = evaluate_on_host && any_on_cuda(inputs);
   std::string evaluation = evaluate_on_host ? "cpu (host gradient target)" : any_on_cuda(inputs) ? "eager" : "cpu";
+  std::string rows_inputs;  // the differentiable inputs whose differences were taken by rows
   const auto on_host = [](const Tensors& ts) {
     Tensors out;
     for (const at::Tensor& t : ts) out.push_back(t.defined() ? t.to(at::kCPU) : t);
@@ -500,37 +540,60 @@ void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn&
       }
       sample = chosen;
     }
-    // One working copy of x, each sampled element set to x_e + eps, then x_e - eps, then back to x_e (exact: the
-    // values are written, not added), so the loop allocates nothing the size of x (a copy per evaluation cost
-    // more in page faults than the op: 8 million faults, 26 s of system time, for one 27x27 PS-RoIPool case).
     const at::Tensor x_host = x.to(at::kCPU).to(at::kDouble).contiguous().view(-1);
-    const at::Tensor work = eval_inputs[idx].contiguous().clone();
-    const at::Tensor work_flat = work.view(-1);
-    Tensors perturbed = eval_inputs;
-    perturbed[idx] = work;
-    std::unique_ptr<GraphedDirectional> graphed;
-    if (work.is_cuda() && fd_graphs_enabled() && !sample.empty()) {
-      std::string why_not;
-      graphed = GraphedDirectional::capture(forward, perturbed, eval_v, &why_not);
-      if (evaluation.rfind("eager (no graph", 0) != 0) {  // one input without a graph: the property says why
-        evaluation = graphed ? "cuda_graph" : "eager (no graph: " + why_not + ")";
-      }
-    }
-    // With a graph, every evaluation (the working copy's writes too) runs on its stream.
-    std::optional<c10::cuda::CUDAStreamGuard> on_graph_stream;
-    if (graphed) on_graph_stream.emplace(graphed->stream());
     Tensors plus, minus;
     std::vector<double> an;
-    for (std::int64_t e : sample) {
-      const double x_e = x_host[e].item<double>();
-      at::Tensor slot = work_flat[e];
-      slot.fill_(x_e + kFiniteDifferenceEps);
-      plus.push_back(graphed ? graphed->evaluate() : directional_value(forward, perturbed, eval_v));
-      slot.fill_(x_e - kFiniteDifferenceEps);
-      minus.push_back(graphed ? graphed->evaluate() : directional_value(forward, perturbed, eval_v));
-      slot.fill_(x_e);
-      an.push_back(grad[e].item<double>());
-      ++points;
+    if (by_rows(d, idx, inputs, outputs)) {
+      // Each sampled element's difference on its own row (CaseData::fd_rows).
+      evaluation = "cpu (by rows)";
+      rows_inputs += (rows_inputs.empty() ? "" : ", ") + std::to_string(idx);
+      const std::int64_t row_numel = n / x.size(0);
+      for (std::int64_t e : sample) {
+        const std::int64_t row = e / row_numel;
+        RowProblem p = row_problem(d, inputs, v, outputs, row);
+        p.inputs[idx] = x.narrow(0, row, 1).clone(at::MemoryFormat::Contiguous);
+        Tensors x0 = p.inputs;
+        x0[idx] = p.inputs[idx].clone();  // the held terms' x0 must not see the perturbations
+        const ForwardFn f = function_at(x0);
+        const double x_e = x_host[e].item<double>();
+        at::Tensor slot = p.inputs[idx].view(-1)[e - row * row_numel];
+        slot.fill_(x_e + kFiniteDifferenceEps);
+        plus.push_back(directional_value(f, p.inputs, p.v));
+        slot.fill_(x_e - kFiniteDifferenceEps);
+        minus.push_back(directional_value(f, p.inputs, p.v));
+        an.push_back(grad[e].item<double>());
+        ++points;
+      }
+    } else {
+      // One working copy of x, each sampled element set to x_e + eps, then x_e - eps, then back to x_e (exact: the
+      // values are written, not added), so the loop allocates nothing the size of x (a copy per evaluation cost
+      // more in page faults than the op: 8 million faults, 26 s of system time, for one 27x27 PS-RoIPool case).
+      const at::Tensor work = eval_inputs[idx].contiguous().clone();
+      const at::Tensor work_flat = work.view(-1);
+      Tensors perturbed = eval_inputs;
+      perturbed[idx] = work;
+      std::unique_ptr<GraphedDirectional> graphed;
+      if (work.is_cuda() && fd_graphs_enabled() && !sample.empty()) {
+        std::string why_not;
+        graphed = GraphedDirectional::capture(forward, perturbed, eval_v, &why_not);
+        if (evaluation.rfind("eager (no graph", 0) != 0) {  // one input without a graph: the property says why
+          evaluation = graphed ? "cuda_graph" : "eager (no graph: " + why_not + ")";
+        }
+      }
+      // With a graph, every evaluation (the working copy's writes too) runs on its stream.
+      std::optional<c10::cuda::CUDAStreamGuard> on_graph_stream;
+      if (graphed) on_graph_stream.emplace(graphed->stream());
+      for (std::int64_t e : sample) {
+        const double x_e = x_host[e].item<double>();
+        at::Tensor slot = work_flat[e];
+        slot.fill_(x_e + kFiniteDifferenceEps);
+        plus.push_back(graphed ? graphed->evaluate() : directional_value(forward, perturbed, eval_v));
+        slot.fill_(x_e - kFiniteDifferenceEps);
+        minus.push_back(graphed ? graphed->evaluate() : directional_value(forward, perturbed, eval_v));
+        slot.fill_(x_e);
+        an.push_back(grad[e].item<double>());
+        ++points;
+      }
     }
     std::vector<double> fd;
     if (!plus.empty()) {
@@ -546,6 +609,7 @@ void finite_difference_check(CheckResult& r, const CaseData& d, const ForwardFn&
   }
   r.properties["fd_points"] = std::to_string(points);
   r.properties["fd_evaluation"] = evaluation;
+  if (!rows_inputs.empty()) r.properties["fd_rows_inputs"] = rows_inputs;  // the other inputs: evaluated whole
   summarize(r);
 }
 
@@ -686,8 +750,10 @@ CheckResult check_gradient_finite_differences(const OpSpec& op, const OpCase& c,
       return;
     }
     const Tensors x0 = materialize_inputs(d.inputs, DType::kFloat64, device);
-    finite_difference_check(res, d, differentiated_function(res, d.op_forward, d.op_gradient_target, x0),
-                            d.op_backward, x0, c.seed, d.op_gradient_target && d.op_gradient_target_on_host);
+    differentiated_function(res, d.op_forward, d.op_gradient_target, x0);  // the property
+    finite_difference_check(
+        res, d, [&d](const Tensors& at) { return gradient_function(d.op_forward, d.op_gradient_target, at); },
+        d.op_backward, x0, c.seed, d.op_gradient_target && d.op_gradient_target_on_host);
     clock.mark("fd");
   });
 }
@@ -706,8 +772,10 @@ CheckResult check_reference_gradient(const OpSpec& op, const OpCase& c) {
       return;
     }
     const Tensors x0 = materialize_inputs(d.inputs, DType::kFloat64, Device::kCpu);
-    finite_difference_check(res, d, differentiated_function(res, d.reference_forward, d.reference_gradient_target, x0),
-                            d.reference_backward, x0, c.seed);
+    differentiated_function(res, d.reference_forward, d.reference_gradient_target, x0);  // the property
+    finite_difference_check(
+        res, d, [&d](const Tensors& at) { return gradient_function(d.reference_forward, d.reference_gradient_target, at); },
+        d.reference_backward, x0, c.seed);
     clock.mark("fd");
   });
 }

@@ -616,6 +616,9 @@ CaseData make_loss_case(BoxIouVariant variant, const LossCaseConfig& cfg, std::u
   }
   if (!kink_free_layout(cfg.layout)) d.gradcheck_skip_reason = kink_reason(cfg.layout);
   set_box_grad_output(d, cfg.stride0_grad, cfg.defined);
+  // Pair i's loss depends on row i of both boxes only; a mean divides by the pairs (CaseData::fd_rows).
+  const bool mean = cfg.reduction == LossReduction::kMean;
+  d.fd_rows = CaseData::FdRows{{0, 1}, [mean](std::int64_t rows) { return mean ? 1.0 / static_cast<double>(rows) : 1.0; }};
   return d;
 }
 

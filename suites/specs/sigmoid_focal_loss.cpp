@@ -140,6 +140,10 @@ CaseData make_focal_case(const FocalCaseConfig& cfg, std::uint64_t seed) {
   };
   if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
   if (cfg.logits == Logits::kNaN) d.gradcheck_skip_reason = "NaN logits: nothing to differentiate";
+  // Element i's loss depends on element i of the logits and targets only, so row i (dimension 0) of the loss on
+  // row i of both; a mean divides by all elements, N times a row's (CaseData::fd_rows).
+  const bool mean = cfg.reduction == R::kMean;
+  d.fd_rows = CaseData::FdRows{{0, 1}, [mean](std::int64_t rows) { return mean ? 1.0 / static_cast<double>(rows) : 1.0; }};
   return d;
 }
 

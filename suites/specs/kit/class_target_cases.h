@@ -98,6 +98,9 @@ harness::CaseData class_target_loss_case(const ClassTargetLoss<Params, RefLoss, 
     return harness::Tensors{from_matrix(loss.reference_grad(p, class_target_inputs(in), g))};
   };
   if (cfg.stride0_grad) d.make_grad_output = stride0_grad_output();
+  // Row n's loss depends on row n of the logits and target n only; a mean divides by the rows (CaseData::fd_rows).
+  const bool mean = p.reduction == Reduction::kMean;
+  d.fd_rows = harness::CaseData::FdRows{{0, 1}, [mean](std::int64_t rows) { return mean ? 1.0 / static_cast<double>(rows) : 1.0; }};
   if (nan_logits) d.gradcheck_skip_reason = "NaN logits: nothing to differentiate";
   return d;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,20 @@ struct CaseData {
   bool op_gradient_target_on_host = false;
 
   std::string gradcheck_skip_reason;  // non-empty: finite differences do not apply to this case
+
+  // Optional: the function the finite differences differentiate is separable by rows: every input listed in
+  // `inputs` has the same N rows (dimension 0), row i of each output with N rows depends only on row i of
+  // those inputs (the others are shared whole), and a 0-dim output is a sum of such per-row terms times a factor
+  // F(rows) of the row count (reduced_scale(N) = F(N) / F(1): 1 / N for a mean, 1 for a sum). The CPU checks
+  // then take each sampled element's central difference on its row alone (the listed inputs narrowed to that
+  // row, v narrowed to it or, for a 0-dim output, scaled by reduced_scale(N)): the same derivative in exact
+  // arithmetic, one row's work per evaluation instead of N rows' (and no cancellation between two sums of N
+  // terms). The analytic side is unchanged (the backward on the whole inputs), as are the CUDA checks.
+  struct FdRows {
+    std::vector<std::size_t> inputs;
+    std::function<double(std::int64_t rows)> reduced_scale;
+  };
+  std::optional<FdRows> fd_rows;
 
   // Optional: judges the op's forward outputs instead of comparing them element-wise with the
   // reference's, for discrete outputs (NMS keep lists: exact where the case guarantees it, else a
