@@ -279,6 +279,11 @@ CaseData make_case(const DeformRoiPoolCaseConfig& cfg, const std::string& name, 
   if (cfg.stride0_grad) d.make_grad_output = kit::stride0_grad_output();
   if (cfg.half_accumulation) d.make_grad_output = kit::half_accumulation_grad_output();
   if (cfg.rois == RoiLayout::kNaN) d.gradcheck_skip_reason = "NaN roi coordinates: nothing to differentiate through";
+  // Roi k's output rows depend on roi k's row of rois, offset and mask (and the whole input) only: the offsets' and
+  // masks' differences by rows (CaseData::fd_rows).
+  d.fd_rows = CaseData::FdRows{{1}, nullptr};
+  if (offset_at >= 0) d.fd_rows->inputs.push_back(static_cast<std::size_t>(offset_at));
+  if (mask_at >= 0) d.fd_rows->inputs.push_back(static_cast<std::size_t>(mask_at));
   return d;
 }
 

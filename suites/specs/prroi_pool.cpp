@@ -191,6 +191,8 @@ CaseData make_case(const PrRoiPoolCaseConfig& cfg, std::uint64_t seed) {
         "integer batch indices: the image is chosen by truncating rois[:, 0], a step function, so -eps moves a "
         "roi of image n to image n - 1 (or out of range for n = 0)";
   }
+  // Roi k's output rows depend on roi k (and the whole input) only: the rois' differences by rows (CaseData::fd_rows).
+  d.fd_rows = CaseData::FdRows{{1}, nullptr};
   // Bin edges exactly on pixel boundaries (kPixelEdges, kSupportEdges) need no skip: the surface is
   // continuous, so the bin average is continuously differentiable in its edges (only its second
   // derivative jumps there), and central differences agree with the gradient to O(eps).
