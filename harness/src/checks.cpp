@@ -461,9 +461,11 @@ bool any_on_cuda(const Tensors& inputs) {
 }
 
 // Whether CaseData::fd_rows applies to the finite differences of input `idx` at these inputs and outputs (on the
-// CPU, the input one of the listed ones, more than one row, every output N rows or 0-dim with a reduced_scale).
+// CPU, the input one of the listed ones, more than one row, every output N rows or 0-dim with a reduced_scale;
+// DETOPS_FD_ROWS=0 turns it off, to rule it out).
 bool by_rows(const CaseData& d, std::size_t idx, const Tensors& inputs, const Tensors& outputs) {
-  if (!d.fd_rows || d.fd_rows->inputs.empty() || any_on_cuda(inputs)) return false;
+  static const bool enabled = env_flag("DETOPS_FD_ROWS", true);  // 0: every difference on the whole inputs
+  if (!enabled || !d.fd_rows || d.fd_rows->inputs.empty() || any_on_cuda(inputs)) return false;
   const auto& listed = d.fd_rows->inputs;
   if (std::find(listed.begin(), listed.end(), idx) == listed.end()) return false;
   const at::Tensor& first = inputs.at(listed.front());
