@@ -40,13 +40,29 @@ void for_each_term(const Geometry& g, Index c, Index y, Index x, Fn&& fn) {
 
 Tensor4d carafe_forward(const CarafeParams& p, const Tensor4d& features, const Tensor4d& masks) {
   const Geometry g = geometry(p, features, masks);
-  Tensor4d out(g.n, g.c, g.h * g.s, g.w * g.s);
+  const Index out_h = g.h * g.s, out_w = g.w * g.s, mask_channels = masks.dimension(1);
+  Tensor4d out(g.n, g.c, out_h, out_w);
+  // for_each_term's terms in its order, read through the row-major tensors' data directly: the finite-difference
+  // checks evaluate this forward up to 384 times per case, and Eigen's four-index operator() was most of its time.
+  const double* const feature_data = features.data();
+  const double* const mask_data = masks.data();
   for (Index n = 0; n < g.n; ++n) {
     for (Index c = 0; c < g.c; ++c) {
-      for (Index y = 0; y < g.h * g.s; ++y) {
-        for (Index x = 0; x < g.w * g.s; ++x) {
+      const double* const plane = feature_data + (n * g.c + c) * g.h * g.w;
+      const Index group = c / g.group_channels;
+      for (Index y = 0; y < out_h; ++y) {
+        for (Index x = 0; x < out_w; ++x) {
           double sum = 0.0;
-          for_each_term(g, c, y, x, [&](Index fy, Index fx, Index m) { sum += masks(n, m, y, x) * features(n, c, fy, fx); });
+          for (Index i = 0; i < g.k; ++i) {
+            const Index fy = y / g.s + i - g.r;
+            if (fy < 0 || fy >= g.h) continue;
+            for (Index j = 0; j < g.k; ++j) {
+              const Index fx = x / g.s + j - g.r;
+              if (fx < 0 || fx >= g.w) continue;
+              const Index m = group * g.k * g.k + i * g.k + j;
+              sum += mask_data[((n * mask_channels + m) * out_h + y) * out_w + x] * plane[fy * g.w + fx];
+            }
+          }
           out(n, c, y, x) = sum;
         }
       }
