@@ -67,8 +67,9 @@ TEST(FiniteDifferenceChecks, DifferentiateTheGradientTargetWhenGiven) {
 }
 
 // A row-separable loss (CaseData::fd_rows): rows of x [N, 3] with a per-row integer k [N] and shared weights w [3],
-// l_n = (k_n + 1) * sum_c w_c x_nc^2 * x0_n0 (x0: the held point, with `held`; else x itself), reduced by
-// `reduction` ("none": [N]; "sum" / "mean": 0-dim). `backward_error` plants a bug in the backward.
+// l_n = (k_n + 1) * sum_c w_c x_nc^2 * h_n (h_n = x0_n0 of the held point x0 with `held`, whose gradient the
+// backward leaves out; else 1), reduced by `reduction` ("none": [N]; "sum" / "mean": 0-dim). `bug` plants a bug in
+// the backward, or (kNotSeparable) a factor of all rows in the function.
 enum class RowBug { kNone, kMeanOverRowsMinusOne, kRowsSwapped, kNotSeparable };
 
 CaseData row_case(const std::string& reduction, bool held, RowBug bug, std::int64_t rows = 200) {
