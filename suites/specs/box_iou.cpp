@@ -6,6 +6,7 @@
 #include "box_iou/box_iou_torch.h"
 #include "detops/reference/box_iou_reference.h"
 #include "kit/box_cases.h"
+#include "kit/fd_rows.h"
 #include "kit/feature_cases.h"
 #include "kit/half_accumulation.h"
 
@@ -617,8 +618,7 @@ CaseData make_loss_case(BoxIouVariant variant, const LossCaseConfig& cfg, std::u
   if (!kink_free_layout(cfg.layout)) d.gradcheck_skip_reason = kink_reason(cfg.layout);
   set_box_grad_output(d, cfg.stride0_grad, cfg.defined);
   // Pair i's loss depends on row i of both boxes only; a mean divides by the pairs (CaseData::fd_rows).
-  const bool mean = cfg.reduction == LossReduction::kMean;
-  d.fd_rows = CaseData::FdRows{{0, 1}, [mean](std::int64_t rows) { return mean ? 1.0 / static_cast<double>(rows) : 1.0; }};
+  d.fd_rows = kit::loss_fd_rows({0, 1}, cfg.reduction == LossReduction::kMean);
   return d;
 }
 

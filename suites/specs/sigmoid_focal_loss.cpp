@@ -7,6 +7,7 @@
 
 #include "detops/reference/sigmoid_focal_loss_reference.h"
 #include "kit/class_target_cases.h"
+#include "kit/fd_rows.h"
 #include "kit/feature_cases.h"
 #include "sigmoid_focal_loss/sigmoid_focal_loss_torch.h"
 
@@ -142,8 +143,7 @@ CaseData make_focal_case(const FocalCaseConfig& cfg, std::uint64_t seed) {
   if (cfg.logits == Logits::kNaN) d.gradcheck_skip_reason = "NaN logits: nothing to differentiate";
   // Element i's loss depends on element i of the logits and targets only, so row i (dimension 0) of the loss on
   // row i of both; a mean divides by all elements, N times a row's (CaseData::fd_rows).
-  const bool mean = cfg.reduction == R::kMean;
-  d.fd_rows = CaseData::FdRows{{0, 1}, [mean](std::int64_t rows) { return mean ? 1.0 / static_cast<double>(rows) : 1.0; }};
+  d.fd_rows = kit::loss_fd_rows({0, 1}, cfg.reduction == R::kMean);
   return d;
 }
 

@@ -14,6 +14,7 @@
 #include "detops/reference/losses.h"
 #include "kit/case_list.h"
 #include "kit/eigen_bridge.h"
+#include "kit/fd_rows.h"
 #include "kit/feature_cases.h"
 
 namespace detops::kit {
@@ -99,8 +100,7 @@ harness::CaseData class_target_loss_case(const ClassTargetLoss<Params, RefLoss, 
   };
   if (cfg.stride0_grad) d.make_grad_output = stride0_grad_output();
   // Row n's loss depends on row n of the logits and target n only; a mean divides by the rows (CaseData::fd_rows).
-  const bool mean = p.reduction == Reduction::kMean;
-  d.fd_rows = harness::CaseData::FdRows{{0, 1}, [mean](std::int64_t rows) { return mean ? 1.0 / static_cast<double>(rows) : 1.0; }};
+  d.fd_rows = loss_fd_rows({0, 1}, p.reduction == Reduction::kMean);
   if (nan_logits) d.gradcheck_skip_reason = "NaN logits: nothing to differentiate";
   return d;
 }
